@@ -1,0 +1,52 @@
+package npu
+
+import (
+	"math"
+
+	"github.com/x448/float16"
+)
+
+// BF16ToF32 widens a bfloat16 bit pattern.
+func BF16ToF32(b uint16) float32 { return math.Float32frombits(uint32(b) << 16) }
+
+// F32ToBF16 narrows with round-to-nearest-even; NaN stays NaN.
+func F32ToBF16(f float32) uint16 {
+	u := math.Float32bits(f)
+	if u&0x7fffffff > 0x7f800000 { // NaN: keep it quiet and non-zero
+		return uint16(u>>16) | 0x40
+	}
+	u += 0x7fff + (u>>16)&1
+	return uint16(u >> 16)
+}
+
+// F16ToF32 widens an IEEE half bit pattern.
+func F16ToF32(h uint16) float32 { return float16.Frombits(h).Float32() }
+
+// F32ToF16 narrows with round-to-nearest-even.
+func F32ToF16(f float32) uint16 { return uint16(float16.Fromfloat32(f)) }
+
+var e4m3Table = func() (t [256]float32) {
+	for i := range t {
+		t[i] = e4m3Decode(uint8(i))
+	}
+	return
+}()
+
+func e4m3Decode(b uint8) float32 {
+	sign := float32(1)
+	if b&0x80 != 0 {
+		sign = -1
+	}
+	exp := int(b>>3) & 0xf
+	man := int(b & 7)
+	if exp == 0xf && man == 7 {
+		return float32(math.NaN())
+	}
+	if exp == 0 {
+		return sign * float32(man) / 8 * float32(math.Ldexp(1, -6))
+	}
+	return sign * (1 + float32(man)/8) * float32(math.Ldexp(1, exp-7))
+}
+
+// E4M3ToF32 decodes an OCP FP8 e4m3 (fn) byte.
+func E4M3ToF32(b uint8) float32 { return e4m3Table[b] }
