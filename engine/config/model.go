@@ -2,7 +2,10 @@
 // config.json and (later) the engine's settings from flags and files.
 package config
 
-import "encoding/json"
+import (
+	"bytes"
+	"encoding/json"
+)
 
 // Layer kinds in ModelConfig.LayerTypes.
 const (
@@ -91,6 +94,10 @@ type IntList []int
 
 // UnmarshalJSON accepts null, an int or an array of ints.
 func (l *IntList) UnmarshalJSON(b []byte) error {
+	if string(bytes.TrimSpace(b)) == "null" {
+		*l = nil
+		return nil
+	}
 	var one int
 	if err := json.Unmarshal(b, &one); err == nil {
 		*l = IntList{one}
