@@ -1,0 +1,47 @@
+# npuserve — build, run and test. Everything a fresh machine needs installs
+# from these targets (Go modules through the module proxy; no apt packages).
+
+GO      ?= go
+BIN     := bin/npuserve
+PORT    ?= 8000
+HOST    ?= 127.0.0.1
+MODEL   ?= testdata/glm5next/tiny
+FUZZTIME ?= 30s
+
+.PHONY: all build run test vet fmt-check bench fuzz soak clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/npuserve
+
+## run: serve the default tiny model on $(HOST):$(PORT) on the CPU backend.
+run: build
+	$(BIN) serve $(MODEL) --host $(HOST) --port $(PORT)
+
+## test: formatting, vet and every unit and integration test (< 20 min on 2 cores).
+test: fmt-check vet
+	$(GO) test -count=1 -timeout 20m ./...
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+## bench: kernel and model benchmarks (figures go to docs/performance.md).
+bench: build
+	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 30m ./npu/cpu/
+	$(BIN) bench decode --config configs/small/config.json --batch 1,32 --steps 16
+
+## fuzz: every fuzz target for $(FUZZTIME) each.
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+clean:
+	rm -rf bin

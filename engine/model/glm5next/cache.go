@@ -1,0 +1,115 @@
+package glm5next
+
+import (
+	"fmt"
+
+	"github.com/npuserve/npuserve/npu"
+)
+
+// Cache is the model's per-layer device cache, sized for a kvcache.Manager
+// with the same block count, block size and state slots. Rows are addressed
+// by the slots of an npu.SeqLayout (see package kvcache).
+type Cache struct {
+	NumBlocks  int // blocks of per-token storage
+	BlockSize  int // tokens per block (a multiple of index_kpool)
+	StateSlots int // per-sequence state slots
+	TokenSlots int // NumBlocks*BlockSize rows of per-token tensors
+	PoolSlots  int // TokenSlots/index_kpool rows of pooled-key tensors
+
+	// Layers is indexed by decoder layer; unused fields are nil.
+	Layers []LayerCache
+}
+
+// LayerCache is one layer's cache.
+type LayerCache struct {
+	// DSA layers.
+	Latent *npu.Tensor // [TokenSlots, kv_lora_rank] normalised MLA latents
+	// Full-indexer DSA layers: raw per-token indexer keys and pooling gate
+	// logits (kept to pool completed pools and for the tail), and the
+	// pooled keys of complete pools.
+	IndexKeys  *npu.Tensor // [TokenSlots, index_head_dim]
+	IndexGates *npu.Tensor // [TokenSlots, index_head_dim]
+	Pooled     *npu.Tensor // [PoolSlots, index_head_dim]
+
+	// KDA layers.
+	Conv  *npu.Tensor // [StateSlots, W-1, 3*H*K] last W-1 pre-conv q|k|v inputs
+	State *npu.Tensor // [StateSlots, H, K, K] fp32 recurrent state
+}
+
+// NewCache allocates the cache for numBlocks blocks of blockSize tokens and
+// stateSlots concurrent sequences. blockSize must be a multiple of
+// index_kpool so pools never straddle blocks.
+func (m *Model) NewCache(numBlocks, blockSize, stateSlots int) (*Cache, error) {
+	d := m.d
+	if blockSize < 1 || blockSize%d.KPool != 0 {
+		return nil, fmt.Errorf("glm5next: cache block size %d must be a positive multiple of index_kpool %d", blockSize, d.KPool)
+	}
+	if numBlocks < 0 || stateSlots < 1 {
+		return nil, fmt.Errorf("glm5next: cache needs blocks >= 0 and state slots >= 1, got %d and %d", numBlocks, stateSlots)
+	}
+	c := &Cache{
+		NumBlocks: numBlocks, BlockSize: blockSize, StateSlots: stateSlots,
+		TokenSlots: numBlocks * blockSize, PoolSlots: numBlocks * blockSize / d.KPool,
+		Layers: make([]LayerCache, len(m.layers)),
+	}
+	for l, ly := range m.layers {
+		lc := &c.Layers[l]
+		if ly.mla != nil {
+			lc.Latent = m.be.Alloc(npu.F32, c.TokenSlots, d.R)
+			if ly.mla.idx != nil {
+				lc.IndexKeys = m.be.Alloc(npu.F32, c.TokenSlots, d.Di)
+				lc.IndexGates = m.be.Alloc(npu.F32, c.TokenSlots, d.Di)
+				lc.Pooled = m.be.Alloc(npu.F32, c.PoolSlots, d.Di)
+			}
+		} else {
+			lc.Conv = m.be.Alloc(npu.F32, stateSlots, d.W-1, 3*d.H*d.K)
+			lc.State = m.be.Alloc(npu.F32, stateSlots, d.H, d.K, d.K)
+		}
+	}
+	return c, nil
+}
+
+// Free releases the cache's device memory.
+func (c *Cache) Free(be npu.Backend) {
+	for i := range c.Layers {
+		lc := &c.Layers[i]
+		for _, t := range []*npu.Tensor{lc.Latent, lc.IndexKeys, lc.IndexGates, lc.Pooled, lc.Conv, lc.State} {
+			if t != nil {
+				be.Free(t)
+			}
+		}
+		*lc = LayerCache{}
+	}
+}
+
+// BytesPerToken is the cache memory one token position takes in every DSA
+// layer (latent, raw indexer key and gate, and its share of a pooled key),
+// for capacity planning.
+func (m *Model) BytesPerToken() int64 {
+	d := m.d
+	var b int64
+	for _, ly := range m.layers {
+		if ly.mla == nil {
+			continue
+		}
+		b += int64(d.R) * 4
+		if ly.mla.idx != nil {
+			b += int64(2*d.Di)*4 + int64(d.Di)*4/int64(d.KPool)
+		}
+	}
+	return b
+}
+
+// BytesPerSequenceState is the fixed cache memory of one sequence (KDA conv
+// window and recurrent state of every KDA layer), i.e. of one state slot.
+func (m *Model) BytesPerSequenceState() int64 {
+	d := m.d
+	var b int64
+	for _, ly := range m.layers {
+		if ly.kda == nil {
+			continue
+		}
+		b += int64(d.W-1)*int64(3*d.H*d.K)*4 + int64(d.H)*int64(d.K)*int64(d.K)*4
+	}
+	return b
+}

@@ -1,0 +1,98 @@
+package glm5next
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/npuserve/npuserve/npu"
+)
+
+// scratch keeps the forward pass's intermediate tensors between calls: one
+// device buffer per name, grown when a batch needs more, so steady-state
+// decode allocates nothing and a step's buffers depend only on its size
+// (what graph capture will need). Names must be distinct for tensors that
+// are live at the same time.
+type scratch struct {
+	be   npu.Backend
+	bufs map[string]*npu.Tensor
+}
+
+// get returns a tensor of dtype dt and the given shape backed by the
+// buffer called name. Its contents are whatever the last user left.
+func (s *scratch) get(name string, dt npu.DType, shape ...int) *npu.Tensor {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	b := s.bufs[name]
+	if b == nil || b.Numel() < n || b.DType() != dt {
+		if b != nil {
+			s.be.Free(b)
+		}
+		c := max(n, 1)
+		if b != nil && b.DType() == dt {
+			c = max(c, b.Numel()*5/4) // grow geometrically for slowly rising batch sizes
+		}
+		b = s.be.Alloc(dt, c)
+		if s.bufs == nil {
+			s.bufs = map[string]*npu.Tensor{}
+		}
+		s.bufs[name] = b
+	}
+	return b.Rows(0, n).Reshape(shape...)
+}
+
+// upload copies host int32 values into the I32 scratch buffer name.
+func (s *scratch) upload(name string, v []int32) *npu.Tensor {
+	t := s.get(name, npu.I32, len(v))
+	if len(v) > 0 {
+		s.be.Upload(t, i32Bytes(v))
+	}
+	return t
+}
+
+// release frees every scratch buffer.
+func (s *scratch) release() {
+	for k, b := range s.bufs {
+		s.be.Free(b)
+		delete(s.bufs, k)
+	}
+}
+
+// i32Bytes encodes v little-endian, the device byte order of npu tensors.
+func i32Bytes(v []int32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
+	}
+	return b
+}
+
+// f32Bytes encodes v little-endian.
+func f32Bytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
+}
+
+// DownloadRows copies a F32 tensor [rows, n] (logits) to the host: the
+// synchronisation point between device and host.
+func DownloadRows(be npu.Backend, t *npu.Tensor) [][]float32 {
+	if t.DType() != npu.F32 || t.Rank() != 2 {
+		panic(fmt.Sprintf("glm5next: DownloadRows of %v, want F32 [rows, n]", t))
+	}
+	host := make([]byte, t.Bytes())
+	be.Download(host, t)
+	rows, n := t.Dim(0), t.Dim(1)
+	out := make([][]float32, rows)
+	for i := range out {
+		out[i] = make([]float32, n)
+		for j := range out[i] {
+			out[i][j] = math.Float32frombits(binary.LittleEndian.Uint32(host[4*(i*n+j):]))
+		}
+	}
+	return out
+}

@@ -1,0 +1,338 @@
+package glm5next
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/npuserve/npuserve/engine/config"
+	"github.com/npuserve/npuserve/npu"
+)
+
+// weightForm records how a checkpoint stores the tensors transformers may
+// write in either of two forms (its conversion mapping splits them on save
+// for the official layout, but a model saved without the reverse mapping
+// keeps the fused module parameters).
+type weightForm struct {
+	// fusedConv: self_attn.conv1d.weight [3HK, 1, W] instead of
+	// self_attn.{q,k,v}_conv1d.weight [HK, 1, W].
+	fusedConv bool
+	// fusedExperts: mlp.experts.gate_up_proj [E, 2I, D] and
+	// mlp.experts.down_proj [E, D, I] instead of per-expert
+	// mlp.experts.E.{gate,up,down}_proj.weight.
+	fusedExperts bool
+	// forgetGate: the KDA forget-gate parameters under
+	// self_attn.forget_gate. (HF module names) instead of directly under
+	// self_attn.
+	forgetGate bool
+	// lmHead: the checkpoint has lm_head.weight (always, unless the
+	// embeddings are tied).
+	lmHead bool
+}
+
+// detectForm reads the weight form from checkpoint tensor names (in any
+// namespace: flat model.*, nested model.language_model.*).
+func detectForm(names []string, cfg *config.ModelConfig) weightForm {
+	f := weightForm{lmHead: !cfg.TieWordEmbeddings}
+	for _, n := range names {
+		switch {
+		case strings.HasSuffix(n, ".self_attn.conv1d.weight"):
+			f.fusedConv = true
+		case strings.HasSuffix(n, ".mlp.experts.gate_up_proj"):
+			f.fusedExperts = true
+		case strings.Contains(n, ".self_attn.forget_gate."):
+			f.forgetGate = true
+		case n == "lm_head.weight":
+			f.lmHead = true
+		}
+	}
+	return f
+}
+
+// spec is one tensor the model needs: canonical flat name, shape, and
+// whether it is a matmul weight (which may stay BF16/F16 on the device;
+// everything else is loaded as F32).
+type spec struct {
+	name   string
+	shape  []int
+	matrix bool
+}
+
+// layerPrefix is the canonical name prefix of layer l.
+func layerPrefix(l int) string { return fmt.Sprintf("model.layers.%d.", l) }
+
+// specs lists every tensor of the text model in form f, in checkpoint
+// order (embedding, layers, norm, head).
+func specs(c *config.ModelConfig, f weightForm) []spec {
+	d := newDims(c)
+	var s []spec
+	add := func(name string, matrix bool, shape ...int) {
+		s = append(s, spec{name: name, shape: shape, matrix: matrix})
+	}
+	add("model.embed_tokens.weight", true, d.V, d.D)
+	for l := range c.NumHiddenLayers {
+		p := layerPrefix(l)
+		for _, site := range []string{"hc_attn_", "hc_ffn_"} {
+			add(p+site+"fn", false, d.mix, d.n*d.D)
+			add(p+site+"base", false, d.mix)
+			add(p+site+"scale", false, 3)
+		}
+		add(p+"input_layernorm.weight", false, d.D)
+		add(p+"post_attention_layernorm.weight", false, d.D)
+		a := p + "self_attn."
+		if c.IsDSA(l) {
+			add(a+"q_a_proj.weight", true, d.QR, d.D)
+			add(a+"q_a_layernorm.weight", false, d.QR)
+			add(a+"q_b_proj.weight", true, d.HA*d.Dk, d.QR)
+			add(a+"kv_a_proj_with_mqa.weight", true, d.R+c.QKRopeHeadDim, d.D)
+			add(a+"kv_a_layernorm.weight", false, d.R)
+			add(a+"kv_b_proj.weight", true, d.HA*(c.QKNopeHeadDim+d.Dv), d.R)
+			add(a+"o_proj.weight", true, d.D, d.HA*d.Dv)
+			if !c.SharedIndexer(l) {
+				x := a + "indexer."
+				add(x+"wq_b.weight", true, d.Hi*d.Di, d.QR)
+				add(x+"wk.weight", true, d.Di, d.D)
+				add(x+"k_norm.weight", false, d.Di)
+				add(x+"k_norm.bias", false, d.Di)
+				add(x+"weights_proj.weight", true, d.Hi, d.D)
+				add(x+"index_kpool_compress_gate", true, d.Di, d.D)
+				add(x+"index_kpool_compress_ape", false, d.KPool, d.Di)
+			}
+		} else {
+			hk := d.H * d.K
+			for _, q := range []string{"q", "k", "v"} {
+				add(a+q+"_proj.weight", true, hk, d.D)
+			}
+			if f.fusedConv {
+				add(a+"conv1d.weight", false, 3*hk, 1, d.W)
+			} else {
+				for _, q := range []string{"q", "k", "v"} {
+					add(a+q+"_conv1d.weight", false, hk, 1, d.W)
+				}
+			}
+			fg := a
+			if f.forgetGate {
+				fg = a + "forget_gate."
+			}
+			add(fg+"f_a_proj.weight", true, d.K, d.D)
+			add(fg+"f_b_proj.weight", true, hk, d.K)
+			add(fg+"dt_bias", false, hk)
+			add(fg+"A_log", false, d.H)
+			add(a+"b_proj.weight", true, d.H, d.D)
+			add(a+"g_a_proj.weight", true, d.K, d.D)
+			add(a+"g_b_proj.weight", true, hk, d.K)
+			add(a+"o_norm.weight", false, d.K)
+			add(a+"o_proj.weight", true, d.D, hk)
+		}
+		mp := p + "mlp."
+		if c.IsMoE(l) {
+			add(mp+"gate.weight", false, d.E, d.D)
+			add(mp+"gate.e_score_correction_bias", false, d.E)
+			if f.fusedExperts {
+				add(mp+"experts.gate_up_proj", true, d.E, 2*d.Im, d.D)
+				add(mp+"experts.down_proj", true, d.E, d.D, d.Im)
+			} else {
+				for e := range d.E {
+					ep := fmt.Sprintf("%sexperts.%d.", mp, e)
+					add(ep+"gate_proj.weight", true, d.Im, d.D)
+					add(ep+"up_proj.weight", true, d.Im, d.D)
+					add(ep+"down_proj.weight", true, d.D, d.Im)
+				}
+			}
+			if d.Ish > 0 {
+				add(mp+"shared_experts.gate_proj.weight", true, d.Ish, d.D)
+				add(mp+"shared_experts.up_proj.weight", true, d.Ish, d.D)
+				add(mp+"shared_experts.down_proj.weight", true, d.D, d.Ish)
+			}
+		} else {
+			add(mp+"gate_proj.weight", true, d.I, d.D)
+			add(mp+"up_proj.weight", true, d.I, d.D)
+			add(mp+"down_proj.weight", true, d.D, d.I)
+		}
+	}
+	add("model.norm.weight", false, d.D)
+	if f.lmHead {
+		add("lm_head.weight", true, d.V, d.D)
+	}
+	return s
+}
+
+// assembler builds the model's tensors from loaded ones: it concatenates
+// and stacks pieces into the layouts the ops take and frees the pieces.
+type assembler struct {
+	be    npu.Backend
+	t     map[string]*npu.Tensor
+	owned map[*npu.Tensor]bool // tensors the model must free (not views)
+}
+
+func newAssembler(be npu.Backend, t map[string]*npu.Tensor) *assembler {
+	return &assembler{be: be, t: t, owned: map[*npu.Tensor]bool{}}
+}
+
+// take returns (and forgets) the tensor called name; the model owns it.
+func (a *assembler) take(name string) *npu.Tensor {
+	t, ok := a.t[name]
+	if !ok {
+		panic(fmt.Sprintf("glm5next: tensor %s missing after loading", name))
+	}
+	delete(a.t, name)
+	a.owned[t] = true
+	return t
+}
+
+// alloc allocates a tensor the model owns.
+func (a *assembler) alloc(dt npu.DType, shape ...int) *npu.Tensor {
+	t := a.be.Alloc(dt, shape...)
+	a.owned[t] = true
+	return t
+}
+
+// free releases a piece that was copied into a bigger tensor.
+func (a *assembler) free(t *npu.Tensor) {
+	delete(a.owned, t)
+	a.be.Free(t)
+}
+
+// concat concatenates tensors along dimension 0 into one tensor of the
+// first one's dtype with row shape rowShape, freeing the parts.
+func (a *assembler) concat(rowShape []int, parts ...*npu.Tensor) *npu.Tensor {
+	rowSize := 1
+	for _, d := range rowShape {
+		rowSize *= d
+	}
+	rows := 0
+	for _, p := range parts {
+		if p.Numel()%rowSize != 0 {
+			panic(fmt.Sprintf("glm5next: cannot concatenate %v into rows of %v", p, rowShape))
+		}
+		rows += p.Numel() / rowSize
+	}
+	out := a.alloc(parts[0].DType(), append([]int{rows}, rowShape...)...)
+	r := 0
+	for _, p := range parts {
+		n := p.Numel() / rowSize
+		a.be.Copy(out.Rows(r, r+n), p.Reshape(append([]int{n}, rowShape...)...))
+		r += n
+		a.free(p)
+	}
+	return out
+}
+
+// build fills m's weights from the loaded tensors (canonical names, form f).
+func (a *assembler) build(m *Model, f weightForm) {
+	c, d := m.cfg, m.d
+	m.embed = a.take("model.embed_tokens.weight")
+	m.layers = make([]*layer, c.NumHiddenLayers)
+	for l := range c.NumHiddenLayers {
+		p := layerPrefix(l)
+		ly := &layer{index: l}
+		ly.hcAttn = hcWeights{a.take(p + "hc_attn_fn"), a.take(p + "hc_attn_base"), a.take(p + "hc_attn_scale")}
+		ly.hcFFN = hcWeights{a.take(p + "hc_ffn_fn"), a.take(p + "hc_ffn_base"), a.take(p + "hc_ffn_scale")}
+		ly.inNorm = a.take(p + "input_layernorm.weight")
+		ly.postNorm = a.take(p + "post_attention_layernorm.weight")
+		s := p + "self_attn."
+		if c.IsDSA(l) {
+			w := &mlaWeights{
+				qA: a.take(s + "q_a_proj.weight"), qANorm: a.take(s + "q_a_layernorm.weight"),
+				qB:  a.take(s + "q_b_proj.weight"),
+				kvA: a.take(s + "kv_a_proj_with_mqa.weight"), kvANorm: a.take(s + "kv_a_layernorm.weight"),
+				kvB: a.take(s + "kv_b_proj.weight"),
+				o:   a.take(s + "o_proj.weight"),
+			}
+			if !c.SharedIndexer(l) {
+				x := s + "indexer."
+				w.idx = &indexerWeights{
+					wqB: a.take(x + "wq_b.weight"), wk: a.take(x + "wk.weight"),
+					kNormW: a.take(x + "k_norm.weight"), kNormB: a.take(x + "k_norm.bias"),
+					weightsProj: a.take(x + "weights_proj.weight"),
+					gate:        a.take(x + "index_kpool_compress_gate"),
+					ape:         a.take(x + "index_kpool_compress_ape"),
+					// weights_proj output is scaled by Hi^-0.5 (HF-G5).
+					weightsScale: float32(1 / math.Sqrt(float64(d.Hi))),
+				}
+			}
+			ly.mla = w
+		} else {
+			hk := d.H * d.K
+			w := &kdaWeights{}
+			w.qkv = a.concat([]int{d.D}, a.take(s+"q_proj.weight"), a.take(s+"k_proj.weight"), a.take(s+"v_proj.weight"))
+			if f.fusedConv {
+				w.conv = a.take(s+"conv1d.weight").Reshape(3*hk, d.W)
+			} else {
+				w.conv = a.concat([]int{d.W}, a.take(s+"q_conv1d.weight"), a.take(s+"k_conv1d.weight"), a.take(s+"v_conv1d.weight"))
+			}
+			fg := s
+			if f.forgetGate {
+				fg = s + "forget_gate."
+			}
+			w.fA, w.fB = a.take(fg+"f_a_proj.weight"), a.take(fg+"f_b_proj.weight")
+			w.dtBias, w.aLog = a.take(fg+"dt_bias"), a.take(fg+"A_log")
+			w.b = a.take(s + "b_proj.weight")
+			w.gA, w.gB = a.take(s+"g_a_proj.weight"), a.take(s+"g_b_proj.weight")
+			w.oNorm, w.o = a.take(s+"o_norm.weight"), a.take(s+"o_proj.weight")
+			ly.kda = w
+		}
+		mp := p + "mlp."
+		if c.IsMoE(l) {
+			w := &moeWeights{gate: a.take(mp + "gate.weight"), bias: a.take(mp + "gate.e_score_correction_bias")}
+			if f.fusedExperts {
+				w.gateUp = a.take(mp + "experts.gate_up_proj")
+				w.down = a.take(mp + "experts.down_proj")
+			} else {
+				w.gateUp, w.down = a.stackExperts(mp+"experts.", d.E, d.Im, d.D)
+			}
+			if d.Ish > 0 {
+				w.shared = a.mlp(mp+"shared_experts.", d.D)
+			}
+			ly.moe = w
+		} else {
+			ly.mlp = a.mlp(mp, d.D)
+		}
+		m.layers[l] = ly
+	}
+	m.norm = a.take("model.norm.weight")
+	if f.lmHead {
+		m.lmHead = a.take("lm_head.weight")
+	}
+	if c.TieWordEmbeddings {
+		if m.lmHead != nil {
+			a.free(m.lmHead)
+		}
+		m.lmHead = m.embed
+	}
+	if len(a.t) > 0 {
+		panic(fmt.Sprintf("glm5next: %d loaded tensors unused by the model", len(a.t)))
+	}
+	for t := range a.owned {
+		m.owned = append(m.owned, t)
+	}
+}
+
+// mlp builds a clamped-SwiGLU MLP from prefix{gate,up,down}_proj.weight.
+func (a *assembler) mlp(prefix string, D int) *mlpWeights {
+	return &mlpWeights{
+		gateUp: a.concat([]int{D}, a.take(prefix+"gate_proj.weight"), a.take(prefix+"up_proj.weight")),
+		down:   a.take(prefix + "down_proj.weight"),
+	}
+}
+
+// stackExperts stacks per-expert weights into gateUp [E, 2I, D] (gate rows
+// then up rows per expert) and down [E, D, I].
+func (a *assembler) stackExperts(prefix string, E, I, D int) (gateUp, down *npu.Tensor) {
+	for e := range E {
+		ep := fmt.Sprintf("%s%d.", prefix, e)
+		g, u, dn := a.take(ep+"gate_proj.weight"), a.take(ep+"up_proj.weight"), a.take(ep+"down_proj.weight")
+		if gateUp == nil {
+			gateUp = a.alloc(g.DType(), E, 2*I, D)
+			down = a.alloc(dn.DType(), E, D, I)
+		}
+		gu := gateUp.Rows(e, e+1).Reshape(2*I, D)
+		a.be.Copy(gu.Rows(0, I), g)
+		a.be.Copy(gu.Rows(I, 2*I), u)
+		a.be.Copy(down.Rows(e, e+1).Reshape(D, I), dn)
+		a.free(g)
+		a.free(u)
+		a.free(dn)
+	}
+	return gateUp, down
+}
