@@ -13,10 +13,15 @@ import (
 // Request is one sequence to generate (the server fans n > 1 out into n
 // requests with sampling.Params.Child).
 type Request struct {
+	// ID is unique among the engine's live requests.
 	ID           string
 	PromptTokens []int32
-	Params       sampling.Params
-	Arrival      time.Time
+	// Params are validated by Engine.Add (Validate, Verify, ApplyEOS with
+	// the engine's EOS ids); N must be 1.
+	Params sampling.Params
+	// Arrival is when the server received the request (TTFT and e2e
+	// latency start here); zero: when Add is called.
+	Arrival time.Time
 }
 
 // Output is what one step produced for one request. Outputs of a request
@@ -38,8 +43,76 @@ type Output struct {
 	// of it served from the prefix cache (usage accounting).
 	PromptTokens int
 	CachedTokens int
-	// Err is set with FinishReason "error" (e.g. the engine failed).
+	// Err is set with FinishReason "error" (e.g. the engine failed), and
+	// with "abort" when the engine shut down (ErrClosed).
 	Err error
+	// EOS is set when StopToken is the model's EOS id (vLLM then reports
+	// stop_reason null; for a stop_token_ids hit it reports the id).
+	EOS bool
+	// Time is when the step that produced Tokens finished sampling (the
+	// server's inter-token latency); for a final output without tokens,
+	// when the request ended.
+	Time time.Time
+	// Metrics is set on the final output.
+	Metrics *Metrics
+}
+
+// Metrics are a finished request's timings and counts, for the server's
+// per-request histograms (vLLM names in serving-compat.md §2(d)). Times
+// not reached are zero (e.g. FirstToken of a request aborted while
+// waiting).
+type Metrics struct {
+	// Arrival is Request.Arrival; Queued is when Add accepted it.
+	Arrival, Queued time.Time
+	// FirstScheduled is when a step first included it.
+	FirstScheduled time.Time
+	// FirstToken and LastToken are when its first and last tokens were
+	// sampled.
+	FirstToken, LastToken time.Time
+	// Finished is when the engine finished it.
+	Finished time.Time
+	// PromptTokens and GenerationTokens count the original prompt and the
+	// generated tokens (recomputation after preemption is not counted).
+	PromptTokens, GenerationTokens int
+	// Preemptions counts how often it was preempted by recompute.
+	Preemptions int
+}
+
+// TTFT is vllm:time_to_first_token_seconds (arrival to first token).
+func (m *Metrics) TTFT() time.Duration { return since(m.Arrival, m.FirstToken) }
+
+// E2E is vllm:e2e_request_latency_seconds (arrival to finish).
+func (m *Metrics) E2E() time.Duration { return since(m.Arrival, m.Finished) }
+
+// QueueTime is vllm:request_queue_time_seconds (queued to first scheduled).
+func (m *Metrics) QueueTime() time.Duration { return since(m.Queued, m.FirstScheduled) }
+
+// PrefillTime is vllm:request_prefill_time_seconds (first scheduled to
+// first token).
+func (m *Metrics) PrefillTime() time.Duration { return since(m.FirstScheduled, m.FirstToken) }
+
+// DecodeTime is vllm:request_decode_time_seconds (first to last token).
+func (m *Metrics) DecodeTime() time.Duration { return since(m.FirstToken, m.LastToken) }
+
+// InferenceTime is vllm:request_inference_time_seconds (first scheduled to
+// last token).
+func (m *Metrics) InferenceTime() time.Duration { return since(m.FirstScheduled, m.LastToken) }
+
+// MeanTPOT is vllm:request_time_per_output_token_seconds: DecodeTime over
+// the tokens after the first (0 for fewer than two tokens).
+func (m *Metrics) MeanTPOT() time.Duration {
+	if m.GenerationTokens < 2 {
+		return 0
+	}
+	return m.DecodeTime() / time.Duration(m.GenerationTokens-1)
+}
+
+// since is b - a, or 0 when either is unset.
+func since(a, b time.Time) time.Duration {
+	if a.IsZero() || b.IsZero() {
+		return 0
+	}
+	return b.Sub(a)
 }
 
 // Stats is a snapshot for metrics and the periodic stats log line.
@@ -54,4 +127,8 @@ type Stats struct {
 	// Capacity.
 	NumBlocks, BlockSize, NumStateSlots int
 	MaxModelLen                         int
+	// UsedBlocks and UsedStateSlots are held by running requests now.
+	UsedBlocks, UsedStateSlots int
+	// Steps counts the engine steps run.
+	Steps int64
 }
