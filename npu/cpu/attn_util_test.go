@@ -1,0 +1,127 @@
+package cpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/npuserve/npuserve/npu"
+)
+
+// Helpers of the attention-op tests (KDA, KPool, DSAIndex, SparseMLA).
+
+// atTensor makes a tensor of dtype dt (F32, BF16 or F16) holding vals and
+// returns it with the values it actually holds.
+func atTensor(be *Backend, dt npu.DType, vals []float64, shape ...int) (*npu.Tensor, []float64) {
+	t := be.Alloc(dt, shape...)
+	if t.Numel() != len(vals) {
+		panic("atTensor: shape does not match values")
+	}
+	held := make([]float64, len(vals))
+	switch dt {
+	case npu.F32:
+		d := F32(t)
+		for i, v := range vals {
+			d[i] = float32(v)
+			held[i] = float64(d[i])
+		}
+	case npu.BF16:
+		d := U16(t)
+		for i, v := range vals {
+			d[i] = npu.F32ToBF16(float32(v))
+			held[i] = float64(npu.BF16ToF32(d[i]))
+		}
+	case npu.F16:
+		d := U16(t)
+		for i, v := range vals {
+			d[i] = npu.F32ToF16(float32(v))
+			held[i] = float64(npu.F16ToF32(d[i]))
+		}
+	default:
+		panic("atTensor: unsupported dtype")
+	}
+	return t, held
+}
+
+// atF32 makes an F32 tensor; vals are rounded to fp32 in place so that
+// references see exactly what the op sees.
+func atF32(be *Backend, vals []float64, shape ...int) *npu.Tensor {
+	t, held := atTensor(be, npu.F32, vals, shape...)
+	copy(vals, held)
+	return t
+}
+
+// atI32 makes an I32 tensor.
+func atI32(be *Backend, vals []int32, shape ...int) *npu.Tensor {
+	t := be.Alloc(npu.I32, shape...)
+	copy(I32(t), vals)
+	return t
+}
+
+// atNormal returns n values drawn from N(mean, std²).
+func atNormal(r *rand.Rand, n int, mean, std float64) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = mean + std*r.NormFloat64()
+	}
+	return v
+}
+
+// atRelErr is max|got−want| / max|want| (absolute when want is all zero).
+func atRelErr(got []float32, want []float64) float64 {
+	if len(got) != len(want) {
+		return math.Inf(1)
+	}
+	var e, m float64
+	for i, w := range want {
+		g := float64(got[i])
+		if math.IsNaN(g) != math.IsNaN(w) {
+			return math.Inf(1)
+		}
+		e = max(e, math.Abs(g-w))
+		m = max(m, math.Abs(w))
+	}
+	if m == 0 {
+		return e
+	}
+	return e / m
+}
+
+// atCheck fails t when got differs from want by more than tol relative to
+// want's largest magnitude.
+func atCheck(t *testing.T, what string, got []float32, want []float64, tol float64) {
+	t.Helper()
+	if e := atRelErr(got, want); !(e <= tol) {
+		t.Errorf("%s: relative error %.3g > %.3g", what, e, tol)
+	}
+}
+
+// atPerm returns a random permutation of [0, n) as int32.
+func atPerm(r *rand.Rand, n int) []int32 {
+	p := r.Perm(n)
+	out := make([]int32, n)
+	for i, v := range p {
+		out[i] = int32(v)
+	}
+	return out
+}
+
+// atPanics reports whether fn panics.
+func atPanics(fn func()) (panicked bool) {
+	defer func() { panicked = recover() != nil }()
+	fn()
+	return false
+}
+
+// TestAttnEmptyBatch runs every attention op on zero rows.
+func TestAttnEmptyBatch(t *testing.T) {
+	be := New(2)
+	seqs := &npu.SeqLayout{QueryStart: []int{0, 0}, Pos: []int{5}, StateSlot: []int{0},
+		TokenSlots: [][]int32{{0, 1, 2, 3, 4}}, PoolSlots: [][]int32{{0}}}
+	f32 := func(shape ...int) *npu.Tensor { return be.Alloc(npu.F32, shape...) }
+	be.KDAGate(f32(0, 8), f32(0, 8), f32(8), f32(2), npu.KDAGateParams{HeadDim: 4})
+	be.KDA(f32(0, 8), f32(0, 24), f32(0, 8), f32(0, 2), f32(1, 2, 4, 4), seqs, 2, 4, 64)
+	be.KPool(f32(0, 3), f32(0, 3), f32(0, 3), f32(4, 3))
+	be.DSAIndex(be.Alloc(npu.I32, 0, 7), f32(0, 6), f32(0, 2), f32(1, 3), seqs, npu.IndexParams{TopKPools: 1, KPool: 4, Tail: true})
+	be.SparseMLA(f32(0, 4), f32(0, 4), f32(5, 3), f32(8, 3), be.Alloc(npu.I32, 0, 7), seqs, 2, 2, 2, 1)
+}

@@ -1,0 +1,113 @@
+package cpu
+
+import (
+	"fmt"
+
+	"github.com/npuserve/npuserve/npu"
+)
+
+// Conv1d is the depthwise causal convolution over the rows of each
+// sequence: x [T, C], w [C, W] (w[c][W-1] multiplies the current row),
+// state [slots, W-1, C] holding each sequence's previous W-1 inputs (oldest
+// first, zeros at sequence start), updated in place to the last W-1 inputs.
+// out[t,c] = act(sum_i w[c][i] * u[t-(W-1)+i][c]), act = SiLU when silu.
+func (be *Backend) Conv1d(out, x, state, w *npu.Tensor, seqs *npu.SeqLayout, silu bool) {
+	if seqs == nil || len(seqs.QueryStart) < 1 {
+		panic("cpu: Conv1d needs a SeqLayout with QueryStart")
+	}
+	nseq := seqs.NumSeqs()
+	if seqs.QueryStart[0] != 0 || seqs.Rows() != x.Dim(0) {
+		panic(fmt.Sprintf("cpu: Conv1d QueryStart %v does not cover x %v", seqs.QueryStart, x))
+	}
+	for b := 0; b < nseq; b++ {
+		if seqs.QueryStart[b+1] < seqs.QueryStart[b] {
+			panic(fmt.Sprintf("cpu: Conv1d QueryStart %v not ascending", seqs.QueryStart))
+		}
+	}
+	be.conv1d("Conv1d", out, x, state, w, seqs.QueryStart, seqs.StateSlot, nseq, silu)
+}
+
+// Conv1dUpdate is Conv1d for exactly one new row per sequence (decode):
+// row b of x [B, C] belongs to sequence b with state slot StateSlot[b].
+func (be *Backend) Conv1dUpdate(out, x, state, w *npu.Tensor, seqs *npu.SeqLayout, silu bool) {
+	if seqs == nil {
+		panic("cpu: Conv1dUpdate needs a SeqLayout")
+	}
+	if x.Rank() != 2 {
+		panic(fmt.Sprintf("cpu: Conv1dUpdate x %v: want [B, C]", x))
+	}
+	nseq := x.Dim(0)
+	if len(seqs.QueryStart) > 0 {
+		if len(seqs.QueryStart) != nseq+1 {
+			panic(fmt.Sprintf("cpu: Conv1dUpdate QueryStart %v does not match x %v", seqs.QueryStart, x))
+		}
+		for b, q := range seqs.QueryStart {
+			if q != b {
+				panic(fmt.Sprintf("cpu: Conv1dUpdate needs one row per sequence, QueryStart %v", seqs.QueryStart))
+			}
+		}
+	}
+	qs := make([]int, nseq+1)
+	for b := range qs {
+		qs[b] = b
+	}
+	be.conv1d("Conv1dUpdate", out, x, state, w, qs, seqs.StateSlot, nseq, silu)
+}
+
+func (be *Backend) conv1d(op string, out, x, state, w *npu.Tensor, qs, slots []int, nseq int, silu bool) {
+	if x.Rank() != 2 || w.Rank() != 2 || state.Rank() != 3 {
+		panic(fmt.Sprintf("cpu: %s wants x [T, C], w [C, W], state [slots, W-1, C]; got %v %v %v", op, x, w, state))
+	}
+	C, W := x.Dim(1), w.Dim(1)
+	if w.Dim(0) != C || W < 1 || state.Dim(1) != W-1 || state.Dim(2) != C {
+		panic(fmt.Sprintf("cpu: %s shapes x %v, w %v, state %v disagree", op, x, w, state))
+	}
+	if !npu.SameShape(out.Shape(), x.Shape()) {
+		panic(fmt.Sprintf("cpu: %s out %v does not match x %v", op, out, x))
+	}
+	if len(slots) != nseq {
+		panic(fmt.Sprintf("cpu: %s has %d sequences but %d state slots", op, nseq, len(slots)))
+	}
+	for _, s := range slots {
+		if s < 0 || s >= state.Dim(0) {
+			panic(fmt.Sprintf("cpu: %s state slot %d out of range for %v", op, s, state))
+		}
+	}
+	o, xv, st, wv := F32(out), F32(x), F32(state), weightF32(w)
+	H := W - 1
+	// Channels are independent: split them across threads.
+	be.parallelFor(C, 64, func(lo, hi int) {
+		n := hi - lo
+		hist := make([]float32, H*n) // per channel history, oldest first: hist[j*n+c]
+		for b := 0; b < nseq; b++ {
+			t0, t1 := qs[b], qs[b+1]
+			sb := st[slots[b]*H*C:]
+			for j := 0; j < H; j++ {
+				copy(hist[j*n:(j+1)*n], sb[j*C+lo:j*C+hi])
+			}
+			for t := t0; t < t1; t++ {
+				xr := xv[t*C : (t+1)*C]
+				or := o[t*C : (t+1)*C]
+				for c := lo; c < hi; c++ {
+					wc := wv[c*W : (c+1)*W]
+					acc := wc[H] * xr[c]
+					for j := 0; j < H; j++ {
+						acc += wc[j] * hist[j*n+c-lo]
+					}
+					if silu {
+						acc = silu32(acc)
+					}
+					or[c] = acc
+				}
+				// Shift the history by one row and append this input.
+				if H > 0 {
+					copy(hist, hist[n:])
+					copy(hist[(H-1)*n:], xr[lo:hi])
+				}
+			}
+			for j := 0; j < H; j++ {
+				copy(sb[j*C+lo:j*C+hi], hist[j*n:(j+1)*n])
+			}
+		}
+	})
+}

@@ -1,0 +1,197 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/npuserve/npuserve/npu"
+)
+
+// elemGrain is the smallest number of elements worth a goroutine in the
+// elementwise ops.
+const elemGrain = 1 << 14
+
+// binaryOperands validates out = a op b with Add's broadcasting and returns
+// the F32 views plus b widened to F32 (b may be F32, BF16 or F16).
+func binaryOperands(op string, out, a, b *npu.Tensor) (o, av, bv []float32) {
+	if out.Numel() != a.Numel() {
+		panic(fmt.Sprintf("cpu: %s out %v does not match a %v", op, out, a))
+	}
+	n := a.Numel()
+	if b.Numel() != n && (a.Rank() == 0 || b.Numel() != a.Dim(-1)) {
+		panic(fmt.Sprintf("cpu: %s b %v neither matches a %v nor its last dimension", op, b, a))
+	}
+	o, av = F32(out), F32(a)
+	if b.DType() == npu.F32 {
+		bv = F32(b)
+	} else {
+		bv = weightF32(b)
+	}
+	return o, av, bv
+}
+
+// Add computes out = a + b; b has a's shape or is one row broadcast over
+// a's rows. out may alias a.
+func (be *Backend) Add(out, a, b *npu.Tensor) {
+	o, av, bv := binaryOperands("Add", out, a, b)
+	if len(bv) == len(av) {
+		be.parallelFor(len(av), elemGrain, func(lo, hi int) {
+			oo, aa, bb := o[lo:hi], av[lo:hi], bv[lo:hi]
+			for i := range oo {
+				oo[i] = aa[i] + bb[i]
+			}
+		})
+		return
+	}
+	d := len(bv)
+	be.parallelFor(len(av)/d, max(1, elemGrain/d), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			oo, aa := o[r*d:(r+1)*d], av[r*d:(r+1)*d]
+			for i := range oo {
+				oo[i] = aa[i] + bv[i]
+			}
+		}
+	})
+}
+
+// Mul computes out = a * b with Add's broadcasting. out may alias a.
+func (be *Backend) Mul(out, a, b *npu.Tensor) {
+	o, av, bv := binaryOperands("Mul", out, a, b)
+	if len(bv) == len(av) {
+		be.parallelFor(len(av), elemGrain, func(lo, hi int) {
+			oo, aa, bb := o[lo:hi], av[lo:hi], bv[lo:hi]
+			for i := range oo {
+				oo[i] = aa[i] * bb[i]
+			}
+		})
+		return
+	}
+	d := len(bv)
+	be.parallelFor(len(av)/d, max(1, elemGrain/d), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			oo, aa := o[r*d:(r+1)*d], av[r*d:(r+1)*d]
+			for i := range oo {
+				oo[i] = aa[i] * bv[i]
+			}
+		}
+	})
+}
+
+// unaryOperands validates an elementwise out = f(x).
+func unaryOperands(op string, out, x *npu.Tensor) (o, xv []float32) {
+	if out.Numel() != x.Numel() {
+		panic(fmt.Sprintf("cpu: %s out %v does not match x %v", op, out, x))
+	}
+	return F32(out), F32(x)
+}
+
+// Scale computes out = s * x. out may alias x.
+func (be *Backend) Scale(out, x *npu.Tensor, s float32) {
+	o, xv := unaryOperands("Scale", out, x)
+	be.parallelFor(len(xv), elemGrain, func(lo, hi int) {
+		oo, xx := o[lo:hi], xv[lo:hi]
+		for i := range oo {
+			oo[i] = s * xx[i]
+		}
+	})
+}
+
+// sigmoid32 is 1/(1+exp(-x)) in float32 (computed through float64 exp).
+func sigmoid32(x float32) float32 {
+	return float32(1 / (1 + math.Exp(-float64(x))))
+}
+
+// silu32 is x*sigmoid(x).
+func silu32(x float32) float32 { return x * sigmoid32(x) }
+
+// Sigmoid computes out = 1/(1+exp(-x)) elementwise. out may alias x.
+func (be *Backend) Sigmoid(out, x *npu.Tensor) {
+	o, xv := unaryOperands("Sigmoid", out, x)
+	be.parallelFor(len(xv), elemGrain/4, func(lo, hi int) {
+		oo, xx := o[lo:hi], xv[lo:hi]
+		for i := range oo {
+			oo[i] = sigmoid32(xx[i])
+		}
+	})
+}
+
+// SiLU computes out = x*sigmoid(x) elementwise. out may alias x.
+func (be *Backend) SiLU(out, x *npu.Tensor) {
+	o, xv := unaryOperands("SiLU", out, x)
+	be.parallelFor(len(xv), elemGrain/4, func(lo, hi int) {
+		oo, xx := o[lo:hi], xv[lo:hi]
+		for i := range oo {
+			oo[i] = silu32(xx[i])
+		}
+	})
+}
+
+// SwiGLU takes gateUp [M, 2I] (gate columns first, then up) and writes
+// out[M, I] = silu(min(gate, limit)) * clamp(up, -limit, limit). A limit
+// that is not positive (or is +Inf) means no clamping.
+func (be *Backend) SwiGLU(out, gateUp *npu.Tensor, limit float32) {
+	if gateUp.Rank() == 0 || gateUp.Dim(-1)%2 != 0 {
+		panic(fmt.Sprintf("cpu: SwiGLU gateUp %v needs an even last dimension", gateUp))
+	}
+	inter := gateUp.Dim(-1) / 2
+	rows := gateUp.Numel() / max(1, gateUp.Dim(-1))
+	if out.Numel() != rows*inter || (out.Rank() > 0 && out.Dim(-1) != inter) {
+		panic(fmt.Sprintf("cpu: SwiGLU out %v does not match gateUp %v", out, gateUp))
+	}
+	o, gu := F32(out), F32(gateUp)
+	clampOn := limit > 0 && !math.IsInf(float64(limit), 1)
+	be.parallelFor(rows, max(1, elemGrain/4/max(1, inter)), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			g := gu[r*2*inter : r*2*inter+inter]
+			u := gu[r*2*inter+inter : (r+1)*2*inter]
+			oo := o[r*inter : (r+1)*inter]
+			for i := range oo {
+				gv, uv := g[i], u[i]
+				if clampOn {
+					gv = min(gv, limit)
+					uv = max(min(uv, limit), -limit)
+				}
+				oo[i] = silu32(gv) * uv
+			}
+		}
+	})
+}
+
+// Softmax computes the softmax over the last dimension of x. out may alias
+// x. A row whose maximum is -Inf (fully masked) comes out as zeros.
+func (be *Backend) Softmax(out, x *npu.Tensor) {
+	o, xv := unaryOperands("Softmax", out, x)
+	if x.Rank() == 0 || x.Numel() == 0 {
+		return
+	}
+	d := x.Dim(-1)
+	be.parallelFor(len(xv)/d, max(1, elemGrain/4/d), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			softmaxRow(o[r*d:(r+1)*d], xv[r*d:(r+1)*d])
+		}
+	})
+}
+
+// softmaxRow writes softmax(x) to o (which may alias x).
+func softmaxRow(o, x []float32) {
+	m := float32(math.Inf(-1))
+	for _, v := range x {
+		if v > m || v != v {
+			m = v
+		}
+	}
+	if math.IsInf(float64(m), -1) {
+		clear(o)
+		return
+	}
+	var sum float64
+	for i, v := range x {
+		e := float32(math.Exp(float64(v - m)))
+		o[i] = e
+		sum += float64(e)
+	}
+	inv := float32(1 / sum)
+	for i := range o {
+		o[i] *= inv
+	}
+}
