@@ -1,0 +1,308 @@
+package sampling
+
+import (
+	"math"
+	"slices"
+)
+
+// Random sampling works in d-space: d = (max - logit) / temperature >= 0,
+// and a token's unnormalized probability is w = exp(-d) (the most likely
+// token has w = 1). Every stage computes w with the same function (wbin),
+// so the passes agree bit for bit.
+//
+// Tokens with d >= histRange get w = 0: exp(-104) is below the smallest
+// float32 denormal, so vLLM's float32 softmax gives them probability 0 too.
+//
+// Without top-k, one pass over the vocab accumulates w into a histogram of
+// d (binsPerUnit bins per unit of d); bins are ordered most likely first.
+//   - Top-p keeps whole every bin before the one where the cumulative mass
+//     reaches top_p, and sorts only the tokens of that boundary bin to find
+//     the exact cut (the kept set is the most-likely-first prefix whose
+//     predecessors hold less than top_p).
+//   - The draw picks a bin from the histogram (or a token of the sorted
+//     boundary list), then the token inside the bin with one more pass that
+//     computes weights only for that bin's tokens.
+//
+// Both are exact samplers of the processed distribution (up to float64
+// rounding); no sort of the vocab and no vocab-sized buffer is needed.
+const (
+	binsPerUnit = 32
+	histRange   = 104
+	histBins    = binsPerUnit * histRange
+)
+
+// expTable[b] is exp(-b/binsPerUnit).
+var expTable = func() (t [histBins]float64) {
+	for b := range t {
+		t[b] = math.Exp(-float64(b) / binsPerUnit)
+	}
+	return t
+}()
+
+// expNeg returns d's histogram bin and exp(-d), for 0 <= d < histRange:
+// the table value of the bin times a degree-5 Taylor polynomial of exp(-r)
+// for the remainder r in [0, 1/32) (truncation error < 1.3e-12 relative,
+// far below float32's 6e-8, which is what vLLM computes softmax in).
+func expNeg(d float64) (int, float64) {
+	x := d * binsPerUnit
+	b := int(x)
+	r := (x - float64(b)) * (1.0 / binsPerUnit)
+	p := 1 + r*(-1+r*(1.0/2+r*(-1.0/6+r*(1.0/24+r*(-1.0/120)))))
+	return b, expTable[b] * p
+}
+
+// wbin returns the histogram bin and weight of logit v given the row
+// maximum m; bin -1 (weight 0) for tokens past histRange or below min-p.
+// min-p keeps w >= min_p, i.e. p >= min_p * p_max (vLLM masks p < that).
+func (s *Sampler) wbin(v float32, m, invT float64) (int, float64) {
+	d := (m - float64(v)) * invT
+	if !(d < histRange) {
+		return -1, 0
+	}
+	b, w := expNeg(d)
+	if w < s.minP {
+		return -1, 0
+	}
+	return b, w
+}
+
+// binOf returns the histogram bin of logit v (as wbin, without the
+// weight), -1 past histRange. Min-p is not checked.
+func binOf(v float32, m, invT float64) int {
+	d := (m - float64(v)) * invT
+	if !(d < histRange) {
+		return -1
+	}
+	return int(d * binsPerUnit)
+}
+
+// sampleRandom applies temperature, min-p, top-k and top-p to the processed
+// row and draws one token with one uniform from s.rng.
+func (s *Sampler) sampleRandom(logits []float32) (int32, error) {
+	invT := 1 / s.temp
+	if s.topK > 0 && s.topK < len(logits) {
+		kept, m, z, err := s.topKKept(logits, invT)
+		if err != nil {
+			return 0, err
+		}
+		return s.draw(logits, m, invT, 0, 0, kept, z), nil
+	}
+	mx, err := maxLogit(logits)
+	if err != nil {
+		return 0, err
+	}
+	m := float64(mx)
+	z := s.fillHist(logits, m, invT)
+	if s.topP < 1 {
+		full, cum, part, mass := s.topPSplit(logits, m, invT, s.topP*z)
+		return s.draw(logits, m, invT, full, cum, part, mass), nil
+	}
+	return s.draw(logits, m, invT, histBins, z, nil, 0), nil
+}
+
+// fillHist accumulates the min-p survivors' weights into s.hist by bin and
+// returns their total mass.
+func (s *Sampler) fillHist(logits []float32, m, invT float64) float64 {
+	if s.hist == nil {
+		s.hist = new([histBins]float64)
+	}
+	h := s.hist
+	clear(h[:])
+	minP := s.minP
+	for _, v := range logits {
+		// wbin, inlined by hand (the same arithmetic).
+		if d := (m - float64(v)) * invT; d < histRange {
+			if b, w := expNeg(d); w >= minP {
+				h[b] += w
+			}
+		}
+	}
+	var z float64
+	for _, w := range h {
+		z += w
+	}
+	return z
+}
+
+// topPSplit finds the top-p cut for target = top_p * total mass: bins
+// [0, full) are kept whole (mass cum), and part (most likely first, mass
+// mass) are the kept tokens of the boundary bin. Normally one pass over
+// the vocab; when float rounding leaves the boundary bin short of the
+// target, the next bins are added the same way.
+func (s *Sampler) topPSplit(logits []float32, m, invT, target float64) (full int, cum float64, part []cand, mass float64) {
+	for full < histBins && cum+s.hist[full] < target {
+		cum += s.hist[full]
+		full++
+	}
+	part = s.cands[:0]
+	for b := full; b < histBins; b++ {
+		if s.hist[b] == 0 {
+			continue
+		}
+		start := len(part)
+		for i, v := range logits {
+			if binOf(v, m, invT) == b {
+				if bb, _ := s.wbin(v, m, invT); bb == b { // min-p
+					part = append(part, cand{v, int32(i)})
+				}
+			}
+		}
+		bin := part[start:]
+		slices.SortFunc(bin, byValueDesc)
+		for j, c := range bin {
+			if cum+mass >= target {
+				part = part[:start+j]
+				s.cands = part
+				return full, cum, part, mass
+			}
+			_, w := s.wbin(c.v, m, invT)
+			mass += w
+		}
+	}
+	s.cands = part
+	return full, cum, part, mass
+}
+
+// topKKept keeps the tokens whose logit is at least the k-th largest (vLLM
+// keeps every tie), applies min-p against the row's maximum and top-p over
+// the survivors, and returns them most likely first with the row's maximum
+// m and their mass z.
+func (s *Sampler) topKKept(logits []float32, invT float64) (kept []cand, m, z float64, err error) {
+	k := s.topK
+	h, ties := s.heap[:0], s.ties[:0]
+	for i, v := range logits {
+		c := cand{v, int32(i)}
+		if len(h) < k {
+			if v != v || v > math.MaxFloat32 {
+				return nil, 0, 0, ErrBadLogits
+			}
+			h = append(h, c)
+			if len(h) == k {
+				heapify(h)
+			}
+			continue
+		}
+		root := h[0]
+		if v < root.v {
+			continue
+		}
+		if v != v || v > math.MaxFloat32 {
+			return nil, 0, 0, ErrBadLogits
+		}
+		if v == root.v { // a later id ties the k-th value: kept as a tie
+			if !math.IsInf(float64(v), -1) { // masked ties weigh nothing
+				ties = append(ties, c)
+			}
+			continue
+		}
+		h[0] = c
+		siftDownFrom(h, 0)
+		if h[0].v == root.v {
+			if !math.IsInf(float64(root.v), -1) {
+				ties = append(ties, root)
+			}
+		} else {
+			ties = ties[:0]
+		}
+	}
+	s.heap, s.ties = h, ties
+	c := append(append(s.cands[:0], h...), ties...)
+	s.cands = c
+	slices.SortFunc(c, byValueDesc)
+	mx := c[0].v
+	if math.IsInf(float64(mx), -1) {
+		return nil, 0, 0, ErrAllMasked
+	}
+	m = float64(mx)
+	// Min-p, then top-p renormalized over the survivors.
+	kept = c[:0]
+	for _, x := range c {
+		if b, w := s.wbin(x.v, m, invT); b >= 0 {
+			kept = append(kept, x)
+			z += w
+		}
+	}
+	if s.topP < 1 {
+		target := s.topP * z
+		var mass float64
+		for j, x := range kept {
+			if mass >= target {
+				kept = kept[:j]
+				break
+			}
+			_, w := s.wbin(x.v, m, invT)
+			mass += w
+		}
+		z = mass
+	}
+	return kept, m, z, nil
+}
+
+// draw picks one token with one uniform from the kept set: every token of
+// bins [0, full) (mass cum, from s.hist) followed by part (most likely
+// first, mass mass).
+func (s *Sampler) draw(logits []float32, m, invT float64, full int, cum float64, part []cand, mass float64) int32 {
+	u := s.rng.Float64() * (cum + mass)
+	if len(part) == 0 || u < cum {
+		// A bin, then a token inside it.
+		bin, before := -1, 0.0
+		for b := range full {
+			if w := s.hist[b]; w > 0 {
+				if before+w > u {
+					bin = b
+					break
+				}
+				before += w
+			}
+		}
+		if bin < 0 { // rounding put u past the last bin: take the last one
+			for b := full - 1; b >= 0; b-- {
+				if s.hist[b] > 0 {
+					bin, before = b, cum-s.hist[b]
+					break
+				}
+			}
+		}
+		u -= before
+		var acc float64
+		last := int32(-1)
+		for i, v := range logits {
+			if binOf(v, m, invT) != bin {
+				continue
+			}
+			if b, w := s.wbin(v, m, invT); b == bin { // min-p
+				last = int32(i)
+				if acc += w; acc > u {
+					return last
+				}
+			}
+		}
+		return last
+	}
+	u -= cum
+	var acc float64
+	for _, x := range part {
+		_, w := s.wbin(x.v, m, invT)
+		if acc += w; acc > u {
+			return x.id
+		}
+	}
+	return part[len(part)-1].id
+}
+
+// maxLogit returns the row's largest logit, rejecting NaN and +Inf and a
+// row that is all -Inf.
+func maxLogit(logits []float32) (float32, error) {
+	i, err := argmax(logits)
+	if err != nil {
+		return 0, err
+	}
+	return logits[i], nil
+}
+
+// heapify arranges h as a top-k min-heap (see less).
+func heapify(h []cand) {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		siftDownFrom(h, i)
+	}
+}
