@@ -236,4 +236,21 @@ type Ops interface {
 	// out[t] += sum_j weights[t,j] * down_e(SwiGLU(gateUp_e · x[t])) with
 	// e = ids[t,j], gateUp [E, 2I, D] (gate rows first), down [E, D, I].
 	MoE(out, x, gateUp, down, weights, ids *Tensor, limit float32)
+
+	// PrepareQuant converts a loaded quantized weight (checkpoint form,
+	// see QuantWeight) into the backend's compute layout, as vllm-ascend's
+	// process_weights_after_loading does (transposes, NZ format; packed
+	// int8 panels on the CPU). It is idempotent; MatMulQ and MoEQ prepare
+	// a weight on first use when it was not prepared at load time.
+	PrepareQuant(w *QuantWeight)
+	// MatMulQ computes out[M,N] = x[M,K] · w^T for a quantized linear w
+	// [N,K] with w.Scheme's arithmetic (see QScheme): x (F32) is quantized
+	// on the device (per token for W8A8_DYNAMIC, with the static scale and
+	// zero point for W8A8, per MX block for W8A8_MXFP8), multiplied in
+	// int32 (int8 schemes) or fp32 (MXFP8) and dequantized to out (F32).
+	MatMulQ(out, x *Tensor, w *QuantWeight)
+	// MoEQ is MoE with quantized experts gateUp [E, 2I, D] and down
+	// [E, D, I] (W8A8_DYNAMIC or W8A8_MXFP8): each expert's gate/up input
+	// and SwiGLU output are quantized as MatMulQ does.
+	MoEQ(out, x *Tensor, gateUp, down *QuantWeight, weights, ids *Tensor, limit float32)
 }

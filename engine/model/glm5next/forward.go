@@ -31,6 +31,14 @@ type Batch struct {
 	// layer l that runs its own with the selection [rows, width] (I32
 	// sequence positions, -1 unused) exactly as DSAIndex produced it.
 	ObserveIndex func(l int, sel *npu.Tensor)
+	// ObserveLinear, when set, is called before every linear (matmul)
+	// with the checkpoint modules it computes (canonical prefixes such as
+	// "model.layers.0.mlp.down_proj"; several for a fused q|k|v or
+	// gate|up weight, which share the input) and its input [rows, K] (a
+	// device tensor valid during the call): the calibration hook of static
+	// quantization. Routed experts run inside the MoE op and are not
+	// shown.
+	ObserveLinear func(modules []string, x *npu.Tensor)
 }
 
 // plan is the host-side preparation of a batch shared by all layers.
@@ -70,18 +78,14 @@ func (m *Model) Forward(c *Cache, b *Batch) *npu.Tensor {
 	be, d := m.be, m.d
 	p := m.prepare(c, b)
 	T := p.rows
+	m.observeLinear = b.ObserveLinear
+	defer func() { m.observeLinear = nil }()
 
 	// Embedding straight into the n streams: row t*n+i looks up token t.
-	ids := make([]int32, T*d.n)
-	for t, id := range b.Tokens {
-		for i := range d.n {
-			ids[t*d.n+i] = id
-		}
-	}
 	x := m.ws.get("streams.a", npu.F32, T, d.n, d.D)
 	y := m.ws.get("streams.b", npu.F32, T, d.n, d.D)
 	if T > 0 {
-		be.Embedding(x.Reshape(T*d.n, d.D), m.embed, m.ws.upload("ids", ids))
+		m.embedStreams(x, b.Tokens)
 	}
 
 	// A sequence starting at position 0 may reuse a slot of a finished
@@ -104,7 +108,10 @@ func (m *Model) Forward(c *Cache, b *Batch) *npu.Tensor {
 	out := m.ws.get("sublayer", npu.F32, T, d.D)
 	for l, ly := range m.layers {
 		if T == 0 {
-			break
+			// Nothing to compute, but an expert-parallel layer still
+			// serves the other ranks (DummyStep).
+			m.idleLayer(ly)
+			continue
 		}
 		lc := &c.Layers[l]
 		be.HCPre(col, post, comb, x, ly.hcAttn.fn, ly.hcAttn.base, ly.hcAttn.scale, m.hc)
@@ -114,6 +121,7 @@ func (m *Model) Forward(c *Cache, b *Batch) *npu.Tensor {
 		} else {
 			m.dsa(out, h, ly, lc, b, p)
 		}
+		m.tpAllReduce(out)
 		be.HCPost(y, out, post, comb, x)
 		x, y = y, x
 
@@ -124,6 +132,7 @@ func (m *Model) Forward(c *Cache, b *Batch) *npu.Tensor {
 		} else {
 			m.mlp(out, h, ly.mlp, T)
 		}
+		m.tpAllReduce(out)
 		be.HCPost(y, out, post, comb, x)
 		x, y = y, x
 		if b.Observe != nil {
@@ -148,7 +157,7 @@ func (m *Model) Forward(c *Cache, b *Batch) *npu.Tensor {
 	if b.Observe != nil {
 		b.Observe(len(m.layers), hn)
 	}
-	be.MatMul(logits, hn, m.lmHead)
+	m.lmLogits(logits, hn)
 	return logits
 }
 
@@ -157,7 +166,7 @@ func (m *Model) kda(out, h *npu.Tensor, w *kdaWeights, lc *LayerCache, L *npu.Se
 	be, d, T := m.be, m.d, p.rows
 	hk := d.H * d.K
 	qkv := m.ws.get("kda.qkv", npu.F32, T, 3*hk)
-	be.MatMul(qkv, h, w.qkv)
+	m.linear(qkv, h, w.qkv)
 	u := m.ws.get("kda.conv", npu.F32, T, 3*hk)
 	if p.decode {
 		be.Conv1dUpdate(u, qkv, lc.Conv, w.conv, L, true)
@@ -166,12 +175,12 @@ func (m *Model) kda(out, h *npu.Tensor, w *kdaWeights, lc *LayerCache, L *npu.Se
 	}
 	low := m.ws.get("kda.low", npu.F32, T, d.K)
 	f := m.ws.get("kda.f", npu.F32, T, hk)
-	be.MatMul(low, h, w.fA)
-	be.MatMul(f, low, w.fB)
+	m.linear(low, h, w.fA)
+	m.linear(f, low, w.fB)
 	g := m.ws.get("kda.g", npu.F32, T, hk)
 	be.KDAGate(g, f, w.dtBias, w.aLog, m.gate)
 	beta := m.ws.get("kda.beta", npu.F32, T, d.H)
-	be.MatMul(beta, h, w.b)
+	m.linear(beta, h, w.b)
 	be.Sigmoid(beta, beta)
 	o := m.ws.get("kda.o", npu.F32, T, hk)
 	chunk := kdaChunk
@@ -180,11 +189,11 @@ func (m *Model) kda(out, h *npu.Tensor, w *kdaWeights, lc *LayerCache, L *npu.Se
 	}
 	be.KDA(o, u, g, beta, lc.State, L, d.H, d.K, chunk)
 	gate := m.ws.get("kda.gate", npu.F32, T, hk)
-	be.MatMul(low, h, w.gA)
-	be.MatMul(gate, low, w.gB)
+	m.linear(low, h, w.gA)
+	m.linear(gate, low, w.gB)
 	on := m.ws.get("kda.onorm", npu.F32, T, hk)
 	be.RMSNormGated(on, o, gate, w.oNorm, d.RMSEps)
-	be.MatMul(out, on, w.o)
+	m.linear(out, on, w.o)
 }
 
 // kdaChunk is the chunk size of the chunked KDA algorithm for prefill (the
@@ -198,13 +207,13 @@ func (m *Model) dsa(out, h *npu.Tensor, ly *layer, lc *LayerCache, b *Batch, p *
 	be, d, T := m.be, m.d, p.rows
 	w, L := ly.mla, &b.Layout
 	qa := m.ws.get("dsa.qa", npu.F32, T, d.QR)
-	be.MatMul(qa, h, w.qA)
+	m.linear(qa, h, w.qA)
 	cq := m.ws.get("dsa.cq", npu.F32, T, d.QR)
 	be.RMSNorm(cq, qa, w.qANorm, d.RMSEps)
 	q := m.ws.get("dsa.q", npu.F32, T, d.HA*d.Dk)
-	be.MatMul(q, cq, w.qB)
+	m.linear(q, cq, w.qB)
 	kva := m.ws.get("dsa.kva", npu.F32, T, d.R)
-	be.MatMul(kva, h, w.kvA)
+	m.linear(kva, h, w.kvA)
 	lat := m.ws.get("dsa.latent", npu.F32, T, d.R)
 	be.RMSNorm(lat, kva, w.kvANorm, d.RMSEps)
 	be.Scatter(lc.Latent, lat, p.rowSlots)
@@ -212,15 +221,15 @@ func (m *Model) dsa(out, h *npu.Tensor, ly *layer, lc *LayerCache, b *Batch, p *
 	sel := m.ws.get("sel", npu.I32, T, d.SelW)
 	if x := w.idx; x != nil {
 		qi := m.ws.get("idx.q", npu.F32, T, d.Hi*d.Di)
-		be.MatMul(qi, cq, x.wqB)
+		m.linear(qi, cq, x.wqB)
 		kraw := m.ws.get("idx.kraw", npu.F32, T, d.Di)
-		be.MatMul(kraw, h, x.wk)
+		m.linear(kraw, h, x.wk)
 		ki := m.ws.get("idx.k", npu.F32, T, d.Di)
 		be.LayerNorm(ki, kraw, x.kNormW, x.kNormB, d.IdxEps)
 		gi := m.ws.get("idx.gate", npu.F32, T, d.Di)
-		be.MatMul(gi, h, x.gate)
+		m.linear(gi, h, x.gate)
 		hw := m.ws.get("idx.w", npu.F32, T, d.Hi)
-		be.MatMul(hw, h, x.weightsProj)
+		m.linear(hw, h, x.weightsProj)
 		be.Scale(hw, hw, x.weightsScale)
 		be.Scatter(lc.IndexKeys, ki, p.rowSlots)
 		be.Scatter(lc.IndexGates, gi, p.rowSlots)
@@ -243,21 +252,25 @@ func (m *Model) dsa(out, h *npu.Tensor, ly *layer, lc *LayerCache, b *Batch, p *
 	if p.empty > 0 {
 		be.Scatter(attn, p.zeroAttn, p.emptyRows)
 	}
-	be.MatMul(out, attn, w.o)
+	m.linear(out, attn, w.o)
 }
 
 // mlp is a dense clamped-SwiGLU MLP.
 func (m *Model) mlp(out, h *npu.Tensor, w *mlpWeights, T int) {
-	I := w.down.Dim(1)
+	I := w.down.K()
 	gu := m.ws.get("mlp.gateup", npu.F32, T, 2*I)
-	m.be.MatMul(gu, h, w.gateUp)
+	m.linear(gu, h, w.gateUp)
 	act := m.ws.get("mlp.act", npu.F32, T, I)
 	m.be.SwiGLU(act, gu, m.d.Limit)
-	m.be.MatMul(out, act, w.down)
+	m.linear(out, act, w.down)
 }
 
 // moeFFN is the routed experts plus the shared experts.
 func (m *Model) moeFFN(out, h *npu.Tensor, w *moeWeights, T int) {
+	if m.par.ep() {
+		m.moeEP(out, h, w, T)
+		return
+	}
 	if w.shared != nil {
 		m.mlp(out, h, w.shared, T)
 	} else {
@@ -266,7 +279,7 @@ func (m *Model) moeFFN(out, h *npu.Tensor, w *moeWeights, T int) {
 	wts := m.ws.get("moe.weights", npu.F32, T, m.d.TopK)
 	ids := m.ws.get("moe.ids", npu.I32, T, m.d.TopK)
 	m.be.Router(wts, ids, h, w.gate, w.bias, m.router)
-	m.be.MoE(out, h, w.gateUp, w.down, wts, ids, m.d.Limit)
+	m.moe(out, h, &w.experts, wts, ids)
 }
 
 // prepare validates the batch against the cache and builds the host-side

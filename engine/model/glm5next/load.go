@@ -8,6 +8,7 @@ import (
 	"github.com/npuserve/npuserve/engine/model/loader"
 	"github.com/npuserve/npuserve/engine/safetensors"
 	"github.com/npuserve/npuserve/npu"
+	"github.com/npuserve/npuserve/quant"
 )
 
 // LoadOptions configure Load.
@@ -19,6 +20,18 @@ type LoadOptions struct {
 	Progress io.Writer
 	// Log receives one-line notes (skipped tensors, dtype conversions).
 	Log func(format string, args ...any)
+	// Quantization selects how weights are read: "" (auto: an msmodelslim
+	// checkpoint when the dir has quant_model_description.json, else
+	// float or block-FP8 weights), "ascend" (require the description, as
+	// vLLM's --quantization ascend does), "fp8" or "none" (ignore any
+	// description; block-FP8 weights are dequantised).
+	Quantization string
+	// MXScaleAlg is the MX activation scale algorithm of W8A8_MXFP8
+	// weights: 0 (OCP, vllm-ascend's default) or 1 (round up).
+	MXScaleAlg int
+	// Parallel places the model in a tensor/expert-parallel deployment:
+	// the rank reads only its slices of the weights (nil: a single rank).
+	Parallel *Parallel
 }
 
 // Load reads dir/config.json and the safetensors checkpoint in dir and
@@ -30,11 +43,35 @@ func Load(be npu.Backend, dir string, opt LoadOptions) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	var desc *quant.Description
+	switch opt.Quantization {
+	case "", "ascend":
+		if quant.HasDescription(dir) {
+			if desc, err = quant.ReadDescription(dir); err != nil {
+				return nil, fmt.Errorf("glm5next: %w", err)
+			}
+		} else if opt.Quantization == "ascend" {
+			return nil, fmt.Errorf("glm5next: --quantization ascend: %s has no %s (not an msmodelslim checkpoint)", dir, quant.DescriptionFile)
+		}
+	case "fp8", "none":
+	default:
+		return nil, fmt.Errorf("glm5next: unknown quantization %q (want ascend, fp8 or none)", opt.Quantization)
+	}
+	if opt.MXScaleAlg != 0 && opt.MXScaleAlg != 1 {
+		return nil, fmt.Errorf("glm5next: MX scale algorithm %d (want 0 or 1)", opt.MXScaleAlg)
+	}
 	ck, err := safetensors.Open(dir)
 	if err != nil {
 		return nil, err
 	}
-	m, err := loadCheckpoint(be, cfg, ck, opt)
+	var m *Model
+	if desc != nil && opt.Parallel.multi() {
+		err = fmt.Errorf("glm5next: tensor/expert-parallel loading of msmodelslim checkpoints is not implemented yet (%s)", dir)
+	} else if desc != nil {
+		m, err = loadQuantized(be, cfg, ck, desc, opt)
+	} else {
+		m, err = loadCheckpoint(be, cfg, ck, opt)
+	}
 	if err != nil {
 		ck.Close()
 		return nil, err
@@ -67,11 +104,17 @@ func loadCheckpoint(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Che
 	if err != nil {
 		return nil, err
 	}
+	if err := m.setParallel(opt.Parallel); err != nil {
+		return nil, err
+	}
 	form := detectForm(ck.Names(), cfg)
 	sp := specs(cfg, form)
+	if m.par != nil {
+		sp = m.par.shard(sp, cfg)
+	}
 	ls := make([]loader.Spec, len(sp))
 	for i, s := range sp {
-		ls[i] = loader.Spec{Name: s.name, Shape: s.shape, Matrix: s.matrix}
+		ls[i] = loader.Spec{Name: s.name, Shape: s.shape, Matrix: s.matrix, Slice: s.slice, Skip: s.skip}
 	}
 	dtype := opt.DType
 	if dtype == "" {
@@ -82,6 +125,9 @@ func loadCheckpoint(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Che
 	})
 	if err != nil {
 		return nil, fmt.Errorf("glm5next: %w", err)
+	}
+	if m.par != nil {
+		m.par.renameExperts(t)
 	}
 	a := newAssembler(be, t)
 	a.build(m, form)

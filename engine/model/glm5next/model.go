@@ -25,7 +25,7 @@ type Model struct {
 
 	embed  *npu.Tensor // [V, D]
 	norm   *npu.Tensor // [D]
-	lmHead *npu.Tensor // [V, D]
+	lmHead *linear     // [V, D] (the embedding when tied)
 	layers []*layer
 
 	hc     npu.HCParams
@@ -35,7 +35,11 @@ type Model struct {
 
 	ws    scratch
 	ck    *safetensors.Checkpoint // the mapped checkpoint Load read (nil for NewRandom)
+	par   *parallel               // tensor/expert-parallel placement (nil: single rank)
 	owned []*npu.Tensor           // every weight tensor to free on Close
+
+	// observeLinear is the running batch's ObserveLinear hook.
+	observeLinear func(modules []string, x *npu.Tensor)
 }
 
 // dims are the sizes the forward pass uses, derived from the config.
@@ -102,48 +106,50 @@ type hcWeights struct {
 }
 
 type kdaWeights struct {
-	qkv    *npu.Tensor // [3HK, D]: q_proj | k_proj | v_proj
+	qkv    *linear     // [3HK, D]: q_proj | k_proj | v_proj
 	conv   *npu.Tensor // [3HK, W]: q | k | v depthwise conv taps
-	fA, fB *npu.Tensor // forget gate low-rank projection [K, D], [HK, K]
+	fA, fB *linear     // forget gate low-rank projection [K, D], [HK, K]
 	dtBias *npu.Tensor // [HK]
 	aLog   *npu.Tensor // [H]
-	b      *npu.Tensor // beta projection [H, D]
-	gA, gB *npu.Tensor // output gate low-rank projection [K, D], [HK, K]
+	b      *linear     // beta projection [H, D]
+	gA, gB *linear     // output gate low-rank projection [K, D], [HK, K]
 	oNorm  *npu.Tensor // [K]
-	o      *npu.Tensor // [D, HK]
+	o      *linear     // [D, HK]
 }
 
 type mlaWeights struct {
-	qA, qANorm, qB    *npu.Tensor // [QR, D], [QR], [HA*Dk, QR]
-	kvA, kvANorm, kvB *npu.Tensor // [R, D], [R], [HA*(Dk+Dv), R]
-	o                 *npu.Tensor // [D, HA*Dv]
-	idx               *indexerWeights
+	qA, qB  *linear     // [QR, D], [HA*Dk, QR]
+	qANorm  *npu.Tensor // [QR]
+	kvA     *linear     // [R, D]
+	kvANorm *npu.Tensor // [R]
+	kvB     *npu.Tensor // [HA*(Dk+Dv), R] (absorbed by SparseMLA: always float)
+	o       *linear     // [D, HA*Dv]
+	idx     *indexerWeights
 }
 
 // indexerWeights is nil on "shared" layers, which reuse the previous
 // layer's selection.
 type indexerWeights struct {
-	wqB          *npu.Tensor // [Hi*Di, QR]
-	wk           *npu.Tensor // [Di, D]
+	wqB          *linear     // [Hi*Di, QR]
+	wk           *linear     // [Di, D]
 	kNormW       *npu.Tensor // [Di]
 	kNormB       *npu.Tensor // [Di]
-	weightsProj  *npu.Tensor // [Hi, D]
-	gate         *npu.Tensor // index_kpool_compress_gate [Di, D]
+	weightsProj  *linear     // [Hi, D]
+	gate         *linear     // index_kpool_compress_gate [Di, D]
 	ape          *npu.Tensor // index_kpool_compress_ape [KPool, Di]
 	weightsScale float32     // Hi^-0.5
 }
 
 type mlpWeights struct {
-	gateUp *npu.Tensor // [2I, D]: gate rows then up rows
-	down   *npu.Tensor // [D, I]
+	gateUp *linear // [2I, D]: gate rows then up rows
+	down   *linear // [D, I]
 }
 
 type moeWeights struct {
-	gate   *npu.Tensor // router [E, D]
-	bias   *npu.Tensor // e_score_correction_bias [E]
-	gateUp *npu.Tensor // [E, 2Im, D]
-	down   *npu.Tensor // [E, D, Im]
-	shared *mlpWeights // nil when n_shared_experts == 0
+	gate    *npu.Tensor // router [E, D]
+	bias    *npu.Tensor // e_score_correction_bias [E]
+	experts experts     // [E, 2Im, D] and [E, D, Im]
+	shared  *mlpWeights // nil when n_shared_experts == 0
 }
 
 // Config is the model configuration the model was built from.

@@ -87,22 +87,22 @@ func testModel(t testing.TB, be npu.Backend, cfg *config.ModelConfig, seed int64
 	m := NewRandom(be, cfg, "float32", seed)
 	boost := func(x *npu.Tensor, s float32) { be.Scale(x, x, s) }
 	boost(m.embed, 50)
-	boost(m.lmHead, 30)
+	boost(m.lmHead.w, 30)
 	for _, ly := range m.layers {
 		boost(ly.hcAttn.fn, 2)
 		boost(ly.hcFFN.fn, 2)
 		if ly.mla != nil && ly.mla.idx != nil {
-			boost(ly.mla.idx.wqB, 50)
-			boost(ly.mla.idx.weightsProj, 50)
-			boost(ly.mla.idx.wk, 20)
+			boost(ly.mla.idx.wqB.w, 50)
+			boost(ly.mla.idx.weightsProj.w, 50)
+			boost(ly.mla.idx.wk.w, 20)
 		}
 		if ly.mla != nil {
-			boost(ly.mla.qB, 10)
+			boost(ly.mla.qB.w, 10)
 			boost(ly.mla.kvB, 10)
 		}
 		if ly.kda != nil {
 			boost(ly.kda.conv, 15)
-			boost(ly.kda.qkv, 5)
+			boost(ly.kda.qkv.w, 5)
 		}
 		if ly.moe != nil {
 			boost(ly.moe.gate, 25)

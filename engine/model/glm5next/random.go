@@ -25,16 +25,34 @@ import (
 // panics on a configuration the model cannot run (a programming error for
 // hand-built configs; configs from config.ParseModel are validated).
 func NewRandom(be npu.Backend, cfg *config.ModelConfig, dtype string, seed int64) *Model {
-	m, err := newModel(be, cfg)
+	m, err := NewRandomParallel(be, cfg, dtype, seed, nil)
 	if err != nil {
 		panic(err)
+	}
+	return m
+}
+
+// NewRandomParallel is NewRandom for one rank of a tensor/expert-parallel
+// deployment: the rank's slices of the weights NewRandom would draw for a
+// single rank (the same values), so a parallel deployment of random
+// weights computes what one rank does.
+func NewRandomParallel(be npu.Backend, cfg *config.ModelConfig, dtype string, seed int64, par *Parallel) (*Model, error) {
+	m, err := newModel(be, cfg)
+	if err != nil {
+		return nil, err
 	}
 	mdt, err := matrixDType(dtype, cfg.Dtype)
 	if err != nil {
-		panic(err)
+		return nil, err
+	}
+	if err := m.setParallel(par); err != nil {
+		return nil, err
 	}
 	form := weightForm{fusedConv: true, fusedExperts: true, lmHead: !cfg.TieWordEmbeddings}
 	sp := specs(cfg, form)
+	if m.par != nil {
+		sp = m.par.shard(sp, cfg)
+	}
 	std := 0.02 // HF initializer_range default (not part of config.json for glm5_next)
 	t := make(map[string]*npu.Tensor, len(sp))
 	var mu sync.Mutex
@@ -50,7 +68,12 @@ func NewRandom(be npu.Backend, cfg *config.ModelConfig, dtype string, seed int64
 				if s.matrix {
 					dt = mdt
 				}
-				tensor := be.FromHost(dt, encode(vals, dt), s.shape...)
+				data, shape := encode(vals, dt), s.shape
+				if s.slice != nil {
+					data = s.slice.Cut(data, s.shape, dt.Size())
+					shape, _ = s.slice.Shape(s.shape)
+				}
+				tensor := be.FromHost(dt, data, shape...)
 				mu.Lock()
 				t[s.name] = tensor
 				mu.Unlock()
@@ -58,13 +81,18 @@ func NewRandom(be npu.Backend, cfg *config.ModelConfig, dtype string, seed int64
 		}()
 	}
 	for _, s := range sp {
-		work <- s
+		if !s.skip {
+			work <- s
+		}
 	}
 	close(work)
 	wg.Wait()
+	if m.par != nil {
+		m.par.renameExperts(t)
+	}
 	a := newAssembler(be, t)
 	a.build(m, form)
-	return m
+	return m, nil
 }
 
 // matrixDType maps a dtype option to the matmul weights' device dtype.

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/npuserve/npuserve/engine/config"
+	"github.com/npuserve/npuserve/engine/model/loader"
 	"github.com/npuserve/npuserve/npu"
 )
 
@@ -56,6 +57,10 @@ type spec struct {
 	name   string
 	shape  []int
 	matrix bool
+	// slice is this rank's part of the tensor (nil: all of it); skip
+	// marks another expert-parallel rank's expert (see parallel.shard).
+	slice *loader.Slice
+	skip  bool
 }
 
 // layerPrefix is the canonical name prefix of layer l.
@@ -159,14 +164,18 @@ func specs(c *config.ModelConfig, f weightForm) []spec {
 
 // assembler builds the model's tensors from loaded ones: it concatenates
 // and stacks pieces into the layouts the ops take and frees the pieces.
+// Quantized linears (q, by canonical weight name) are fused and stacked on
+// the host and uploaded as npu.QuantWeights.
 type assembler struct {
 	be    npu.Backend
 	t     map[string]*npu.Tensor
+	q     map[string]*hostQuant
+	mxAlg int                  // MX activation scale algorithm of quantized weights
 	owned map[*npu.Tensor]bool // tensors the model must free (not views)
 }
 
 func newAssembler(be npu.Backend, t map[string]*npu.Tensor) *assembler {
-	return &assembler{be: be, t: t, owned: map[*npu.Tensor]bool{}}
+	return &assembler{be: be, t: t, q: map[string]*hostQuant{}, owned: map[*npu.Tensor]bool{}}
 }
 
 // take returns (and forgets) the tensor called name; the model owns it.
@@ -218,6 +227,43 @@ func (a *assembler) concat(rowShape []int, parts ...*npu.Tensor) *npu.Tensor {
 	return out
 }
 
+// module is the checkpoint module of a canonical weight name.
+func module(name string) string { return strings.TrimSuffix(name, ".weight") }
+
+// lin builds the linear stored under name (quantized or float).
+func (a *assembler) lin(name string) *linear {
+	return a.linCat(name)
+}
+
+// linCat builds one linear from the row-concatenation of the weights
+// called names (a fused q|k|v or gate|up). The parts are all float or all
+// quantized with one scheme (the loader checks fused groups).
+func (a *assembler) linCat(names ...string) *linear {
+	mods := make([]string, len(names))
+	var qs []*hostQuant
+	for i, n := range names {
+		mods[i] = module(n)
+		if hq, ok := a.q[n]; ok {
+			qs = append(qs, hq)
+			delete(a.q, n)
+		}
+	}
+	if len(qs) > 0 {
+		if len(qs) != len(names) {
+			panic(fmt.Sprintf("glm5next: fused linear %v mixes quantized and float parts", mods))
+		}
+		return &linear{q: a.uploadQuant(concatQuant(qs), 0), modules: mods}
+	}
+	if len(names) == 1 {
+		return floatLinear(a.take(names[0]), mods...)
+	}
+	parts := make([]*npu.Tensor, len(names))
+	for i, n := range names {
+		parts[i] = a.take(n)
+	}
+	return floatLinear(a.concat(parts[0].Shape()[1:], parts...), mods...)
+}
+
 // build fills m's weights from the loaded tensors (canonical names, form f).
 func (a *assembler) build(m *Model, f weightForm) {
 	c, d := m.cfg, m.d
@@ -233,19 +279,19 @@ func (a *assembler) build(m *Model, f weightForm) {
 		s := p + "self_attn."
 		if c.IsDSA(l) {
 			w := &mlaWeights{
-				qA: a.take(s + "q_a_proj.weight"), qANorm: a.take(s + "q_a_layernorm.weight"),
-				qB:  a.take(s + "q_b_proj.weight"),
-				kvA: a.take(s + "kv_a_proj_with_mqa.weight"), kvANorm: a.take(s + "kv_a_layernorm.weight"),
+				qA: a.lin(s + "q_a_proj.weight"), qANorm: a.take(s + "q_a_layernorm.weight"),
+				qB:  a.lin(s + "q_b_proj.weight"),
+				kvA: a.lin(s + "kv_a_proj_with_mqa.weight"), kvANorm: a.take(s + "kv_a_layernorm.weight"),
 				kvB: a.take(s + "kv_b_proj.weight"),
-				o:   a.take(s + "o_proj.weight"),
+				o:   a.lin(s + "o_proj.weight"),
 			}
 			if !c.SharedIndexer(l) {
 				x := s + "indexer."
 				w.idx = &indexerWeights{
-					wqB: a.take(x + "wq_b.weight"), wk: a.take(x + "wk.weight"),
+					wqB: a.lin(x + "wq_b.weight"), wk: a.lin(x + "wk.weight"),
 					kNormW: a.take(x + "k_norm.weight"), kNormB: a.take(x + "k_norm.bias"),
-					weightsProj: a.take(x + "weights_proj.weight"),
-					gate:        a.take(x + "index_kpool_compress_gate"),
+					weightsProj: a.lin(x + "weights_proj.weight"),
+					gate:        a.lin(x + "index_kpool_compress_gate"),
 					ape:         a.take(x + "index_kpool_compress_ape"),
 					// weights_proj output is scaled by Hi^-0.5 (HF-G5).
 					weightsScale: float32(1 / math.Sqrt(float64(d.Hi))),
@@ -255,7 +301,7 @@ func (a *assembler) build(m *Model, f weightForm) {
 		} else {
 			hk := d.H * d.K
 			w := &kdaWeights{}
-			w.qkv = a.concat([]int{d.D}, a.take(s+"q_proj.weight"), a.take(s+"k_proj.weight"), a.take(s+"v_proj.weight"))
+			w.qkv = a.linCat(s+"q_proj.weight", s+"k_proj.weight", s+"v_proj.weight")
 			if f.fusedConv {
 				w.conv = a.take(s+"conv1d.weight").Reshape(3*hk, d.W)
 			} else {
@@ -265,60 +311,80 @@ func (a *assembler) build(m *Model, f weightForm) {
 			if f.forgetGate {
 				fg = s + "forget_gate."
 			}
-			w.fA, w.fB = a.take(fg+"f_a_proj.weight"), a.take(fg+"f_b_proj.weight")
+			w.fA, w.fB = a.lin(fg+"f_a_proj.weight"), a.lin(fg+"f_b_proj.weight")
 			w.dtBias, w.aLog = a.take(fg+"dt_bias"), a.take(fg+"A_log")
-			w.b = a.take(s + "b_proj.weight")
-			w.gA, w.gB = a.take(s+"g_a_proj.weight"), a.take(s+"g_b_proj.weight")
-			w.oNorm, w.o = a.take(s+"o_norm.weight"), a.take(s+"o_proj.weight")
+			w.b = a.lin(s + "b_proj.weight")
+			w.gA, w.gB = a.lin(s+"g_a_proj.weight"), a.lin(s+"g_b_proj.weight")
+			w.oNorm, w.o = a.take(s+"o_norm.weight"), a.lin(s+"o_proj.weight")
 			ly.kda = w
 		}
 		mp := p + "mlp."
 		if c.IsMoE(l) {
 			w := &moeWeights{gate: a.take(mp + "gate.weight"), bias: a.take(mp + "gate.e_score_correction_bias")}
 			if f.fusedExperts {
-				w.gateUp = a.take(mp + "experts.gate_up_proj")
-				w.down = a.take(mp + "experts.down_proj")
+				w.experts.gateUp = a.take(mp + "experts.gate_up_proj")
+				w.experts.down = a.take(mp + "experts.down_proj")
 			} else {
-				w.gateUp, w.down = a.stackExperts(mp+"experts.", d.E, d.Im, d.D)
+				w.experts = a.stackExperts(mp+"experts.", d.E, d.Im, d.D)
 			}
 			if d.Ish > 0 {
-				w.shared = a.mlp(mp+"shared_experts.", d.D)
+				w.shared = a.mlp(mp + "shared_experts.")
 			}
 			ly.moe = w
 		} else {
-			ly.mlp = a.mlp(mp, d.D)
+			ly.mlp = a.mlp(mp)
 		}
 		m.layers[l] = ly
 	}
 	m.norm = a.take("model.norm.weight")
 	if f.lmHead {
-		m.lmHead = a.take("lm_head.weight")
+		m.lmHead = a.lin("lm_head.weight")
 	}
 	if c.TieWordEmbeddings {
-		if m.lmHead != nil {
-			a.free(m.lmHead)
+		if m.lmHead != nil && m.lmHead.w != nil {
+			a.free(m.lmHead.w)
 		}
-		m.lmHead = m.embed
+		m.lmHead = floatLinear(m.embed, "lm_head")
 	}
-	if len(a.t) > 0 {
-		panic(fmt.Sprintf("glm5next: %d loaded tensors unused by the model", len(a.t)))
+	if len(a.t) > 0 || len(a.q) > 0 {
+		panic(fmt.Sprintf("glm5next: %d loaded tensors unused by the model", len(a.t)+len(a.q)))
 	}
 	for t := range a.owned {
 		m.owned = append(m.owned, t)
 	}
+	for _, q := range m.quantWeights() {
+		a.be.PrepareQuant(q)
+	}
 }
 
 // mlp builds a clamped-SwiGLU MLP from prefix{gate,up,down}_proj.weight.
-func (a *assembler) mlp(prefix string, D int) *mlpWeights {
+func (a *assembler) mlp(prefix string) *mlpWeights {
 	return &mlpWeights{
-		gateUp: a.concat([]int{D}, a.take(prefix+"gate_proj.weight"), a.take(prefix+"up_proj.weight")),
-		down:   a.take(prefix + "down_proj.weight"),
+		gateUp: a.linCat(prefix+"gate_proj.weight", prefix+"up_proj.weight"),
+		down:   a.lin(prefix + "down_proj.weight"),
 	}
 }
 
 // stackExperts stacks per-expert weights into gateUp [E, 2I, D] (gate rows
-// then up rows per expert) and down [E, D, I].
-func (a *assembler) stackExperts(prefix string, E, I, D int) (gateUp, down *npu.Tensor) {
+// then up rows per expert) and down [E, D, I], float or quantized.
+func (a *assembler) stackExperts(prefix string, E, I, D int) experts {
+	if _, ok := a.q[prefix+"0.gate_proj.weight"]; ok {
+		var gus, dns []*hostQuant
+		for e := range E {
+			ep := fmt.Sprintf("%s%d.", prefix, e)
+			g, u, dn := a.q[ep+"gate_proj.weight"], a.q[ep+"up_proj.weight"], a.q[ep+"down_proj.weight"]
+			if g == nil || u == nil || dn == nil {
+				panic(fmt.Sprintf("glm5next: expert %s is not quantized like expert 0", ep))
+			}
+			delete(a.q, ep+"gate_proj.weight")
+			delete(a.q, ep+"up_proj.weight")
+			delete(a.q, ep+"down_proj.weight")
+			gus = append(gus, concatQuant([]*hostQuant{g, u}))
+			dns = append(dns, dn)
+		}
+		return experts{qGateUp: a.uploadQuant(stackQuant(gus), E), qDown: a.uploadQuant(stackQuant(dns), E)}
+	}
+	var gateUp, down *npu.Tensor
 	for e := range E {
 		ep := fmt.Sprintf("%s%d.", prefix, e)
 		g, u, dn := a.take(ep+"gate_proj.weight"), a.take(ep+"up_proj.weight"), a.take(ep+"down_proj.weight")
@@ -334,5 +400,5 @@ func (a *assembler) stackExperts(prefix string, E, I, D int) (gateUp, down *npu.
 		a.free(u)
 		a.free(dn)
 	}
-	return gateUp, down
+	return experts{gateUp: gateUp, down: down}
 }

@@ -9,9 +9,9 @@ import (
 	"github.com/npuserve/npuserve/npu"
 )
 
-// convert returns j's data in j.out: the mapped checkpoint bytes themselves
-// when the dtype already matches (so FromHost can alias them), else a new
-// host buffer. Conversion runs on the host so that loading needs no device
+// convert returns j's data (its slice, if any) in j.out: the mapped
+// checkpoint bytes themselves when the dtype already matches and the slice
+// is contiguous (so FromHost can alias them), else a new host buffer. Conversion runs on the host so that loading needs no device
 // ops.
 func convert(ck *safetensors.Checkpoint, j job) ([]byte, error) {
 	src, err := ck.Data(j.name)
@@ -23,8 +23,14 @@ func convert(ck *safetensors.Checkpoint, j job) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		f := dequantFP8(src, j.info.Shape[0], j.info.Shape[1], floats(j.scale.DType, scale))
-		return encode(f, j.out), nil
+		sc := floats(j.scale.DType, scale)
+		if j.spec.Slice != nil {
+			return encode(dequantFP8Slice(src, j.info.Shape[0], j.info.Shape[1], sc, j.spec.Slice), j.out), nil
+		}
+		return encode(dequantFP8(src, j.info.Shape[0], j.info.Shape[1], sc), j.out), nil
+	}
+	if j.spec.Slice != nil {
+		src = j.spec.Slice.Cut(src, j.info.Shape, j.info.DType.Size())
 	}
 	if j.info.DType == j.out {
 		return src, nil

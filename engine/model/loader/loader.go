@@ -39,6 +39,14 @@ type Spec struct {
 	// Matrix marks a matmul weight, which may stay 16-bit; every other
 	// tensor (norms, biases, mHC and gate parameters) is converted to F32.
 	Matrix bool
+	// Slice, when set, loads only that part of the tensor (Shape is still
+	// the checkpoint's full shape, which is checked); the loaded tensor
+	// has the slice's shape. Only the selected bytes are read.
+	Slice *Slice
+	// Skip claims the tensor without loading it: its presence and shape
+	// are checked, but another rank holds it (the routed experts of other
+	// expert-parallel ranks).
+	Skip bool
 }
 
 // Options control Load.
@@ -144,6 +152,7 @@ type job struct {
 	info  safetensors.TensorInfo
 	scale *safetensors.TensorInfo // FP8 block scales
 	out   npu.DType
+	shape []int // the loaded shape (the slice's when sliced)
 }
 
 // maxErrors bounds how many problems one error lists.
@@ -240,7 +249,21 @@ func plan(ck *safetensors.Checkpoint, layout Layout, specs []Spec, mode string) 
 			errs = append(errs, fmt.Errorf("%s: tensor %q has shape %v, expected %v", info.File, name, fmtShape(info.Shape), fmtShape(s.Shape)))
 			continue
 		}
-		j := job{spec: s, name: name, info: info}
+		if s.Skip {
+			if info.DType == npu.F8E4M3 {
+				claimed[name+ScaleSuffix] = true
+			}
+			continue
+		}
+		j := job{spec: s, name: name, info: info, shape: s.Shape}
+		if s.Slice != nil {
+			shape, err := s.Slice.Shape(s.Shape)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: tensor %q: %v", info.File, name, err))
+				continue
+			}
+			j.shape = shape
+		}
 		switch info.DType {
 		case npu.F32, npu.BF16, npu.F16:
 		case npu.F8E4M3:
@@ -251,6 +274,10 @@ func plan(ck *safetensors.Checkpoint, layout Layout, specs []Spec, mode string) 
 			}
 			claimed[sc.Name] = true
 			j.scale = &sc
+			if s.Slice != nil && s.Slice.Dim > 1 {
+				errs = append(errs, fmt.Errorf("%s: F8_E4M3 tensor %q: slices of block-scaled weights must cut dimension 0 or 1, not %v", info.File, name, s.Slice))
+				continue
+			}
 		default:
 			errs = append(errs, fmt.Errorf("%s: tensor %q has unsupported dtype %s (want F32, BF16, F16 or F8_E4M3)", info.File, name, info.DTypeName))
 			continue
@@ -338,10 +365,7 @@ func upload(be npu.Backend, ck *safetensors.Checkpoint, jobs []job, progress io.
 	})
 	var total int64
 	for _, j := range jobs {
-		total += j.info.Size
-		if j.scale != nil {
-			total += j.scale.Size
-		}
+		total += j.readBytes()
 	}
 	bar := newBar(progress, total)
 
@@ -357,13 +381,9 @@ func upload(be npu.Backend, ck *safetensors.Checkpoint, jobs []job, progress io.
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			out[j.spec.Name] = be.FromHost(j.out, data, j.spec.Shape...)
+			out[j.spec.Name] = be.FromHost(j.out, data, j.shape...)
 			if bar != nil {
-				n := j.info.Size
-				if j.scale != nil {
-					n += j.scale.Size
-				}
-				bar.Add64(n)
+				bar.Add64(j.readBytes())
 			}
 			return nil
 		})
@@ -380,6 +400,26 @@ func upload(be npu.Backend, ck *safetensors.Checkpoint, jobs []job, progress io.
 		return nil, 0, err
 	}
 	return out, total, nil
+}
+
+// readBytes is the checkpoint data a job reads: its slice's share of the
+// tensor, plus the FP8 scales.
+func (j job) readBytes() int64 {
+	n := j.info.Size
+	if j.spec.Slice != nil {
+		full, part := 1, 1
+		for i := range j.shape {
+			full *= j.spec.Shape[i]
+			part *= j.shape[i]
+		}
+		if full > 0 {
+			n = n * int64(part) / int64(full)
+		}
+	}
+	if j.scale != nil {
+		n += j.scale.Size
+	}
+	return n
 }
 
 // newBar returns a byte progress bar on a terminal, else nil.

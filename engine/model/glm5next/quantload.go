@@ -1,0 +1,565 @@
+package glm5next
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/npuserve/npuserve/engine/config"
+	"github.com/npuserve/npuserve/engine/model/loader"
+	"github.com/npuserve/npuserve/engine/safetensors"
+	"github.com/npuserve/npuserve/npu"
+	"github.com/npuserve/npuserve/quant"
+)
+
+// Loading msmodelslim checkpoints (--quantization ascend): every linear
+// takes its scheme from quant_model_description.json and brings the
+// tensors serving-compat.md §4 lists (weight, weight_scale, weight_offset,
+// input_scale, input_offset, quant_bias, deq_scale; MX E8M0 scales
+// [out, in/32]); routed experts are per expert in the checkpoint and are
+// stacked for the grouped MoE op. Everything else loads as in a float
+// checkpoint.
+
+// weightKind says how the model consumes a weight.
+type weightKind int
+
+const (
+	kindOther   weightKind = iota // norms, biases, mHC, conv, gates' parameters: FLOAT only
+	kindMatMul                    // a linear computed with MatMul / MatMulQ / MoEQ
+	kindDequant                   // a 2-D weight another op consumes: dequantised on load
+)
+
+// matmulSuffixes are the canonical name suffixes of the model's linears.
+var matmulSuffixes = []string{
+	".q_proj.weight", ".k_proj.weight", ".v_proj.weight", ".f_a_proj.weight", ".f_b_proj.weight",
+	".b_proj.weight", ".g_a_proj.weight", ".g_b_proj.weight", ".o_proj.weight",
+	".q_a_proj.weight", ".q_b_proj.weight", ".kv_a_proj_with_mqa.weight",
+	".indexer.wq_b.weight", ".indexer.wk.weight", ".indexer.weights_proj.weight",
+	".gate_proj.weight", ".up_proj.weight", ".down_proj.weight",
+}
+
+// kindOf classifies a canonical tensor name.
+func kindOf(name string) weightKind {
+	switch {
+	case name == "lm_head.weight":
+		return kindMatMul
+	case name == "model.embed_tokens.weight",
+		strings.HasSuffix(name, ".self_attn.kv_b_proj.weight"),
+		strings.HasSuffix(name, ".mlp.gate.weight"):
+		return kindDequant
+	}
+	for _, s := range matmulSuffixes {
+		if strings.HasSuffix(name, s) {
+			return kindMatMul
+		}
+	}
+	return kindOther
+}
+
+// isExpert reports whether a canonical name is a routed expert's weight.
+func isExpert(name string) bool { return strings.Contains(name, ".mlp.experts.") }
+
+// hostQuant is a quantized linear on the host, in checkpoint form: one
+// linear [n, k], or after stacking E experts.
+type hostQuant struct {
+	scheme   quant.Scheme
+	module   string // checkpoint module, for messages
+	n, k     int    // per expert
+	experts  int    // 0 for a linear
+	weight   []byte // [E][n][k] int8 or E4M3
+	scale    []float32
+	mx       []byte // [E][n][nb] E8M0
+	group    int
+	inScale  float32
+	inOffset int32
+	qbias    []int32
+	deq      []float32
+}
+
+// concatQuant concatenates linears along their output rows (fused
+// q|k|v, gate|up). Static parts share one activation quantization, which
+// the loader checked.
+func concatQuant(parts []*hostQuant) *hostQuant {
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	out := *parts[0]
+	out.weight, out.scale, out.mx, out.qbias, out.deq = nil, nil, nil, nil, nil
+	out.n = 0
+	for _, p := range parts {
+		if p.scheme != out.scheme || p.k != out.k {
+			panic(fmt.Sprintf("glm5next: cannot fuse %s (%s [%d,%d]) with %s (%s)", p.module, p.scheme, p.n, p.k, out.module, out.scheme))
+		}
+		out.n += p.n
+		out.weight = append(out.weight, p.weight...)
+		out.scale = append(out.scale, p.scale...)
+		out.mx = append(out.mx, p.mx...)
+		out.qbias = append(out.qbias, p.qbias...)
+		out.deq = append(out.deq, p.deq...)
+	}
+	return &out
+}
+
+// stackQuant stacks equally shaped linears as experts.
+func stackQuant(parts []*hostQuant) *hostQuant {
+	out := concatQuant(parts)
+	if len(parts) == 1 {
+		c := *out
+		out = &c
+	}
+	out.n = parts[0].n
+	out.experts = len(parts)
+	return out
+}
+
+// uploadQuant makes the device weight of hq (E experts, 0 for a linear).
+func (a *assembler) uploadQuant(hq *hostQuant, E int) *npu.QuantWeight {
+	lead := []int{hq.n}
+	if E > 0 {
+		lead = []int{E, hq.n}
+	}
+	own := func(t *npu.Tensor) *npu.Tensor {
+		a.owned[t] = true
+		return t
+	}
+	w := &npu.QuantWeight{GroupSize: hq.group, ScaleAlg: a.mxAlg}
+	switch hq.scheme {
+	case quant.W8A8Dynamic:
+		w.Scheme = npu.QW8A8Dynamic
+		w.Weight = own(a.be.FromHost(npu.I8, hq.weight, append(lead, hq.k)...))
+		w.Scale = own(a.be.FromHost(npu.F32, f32Bytes(hq.scale), lead...))
+	case quant.W8A8:
+		w.Scheme = npu.QW8A8
+		w.Weight = own(a.be.FromHost(npu.I8, hq.weight, hq.n, hq.k))
+		w.InputScale, w.InputOffset = hq.inScale, hq.inOffset
+		w.QuantBias = own(a.be.FromHost(npu.I32, i32Bytes(hq.qbias), hq.n))
+		w.DeqScale = own(a.be.FromHost(npu.F32, f32Bytes(hq.deq), hq.n))
+	case quant.W8A8MXFP8:
+		w.Scheme = npu.QMXFP8
+		w.Weight = own(a.be.FromHost(npu.F8E4M3, hq.weight, append(lead, hq.k)...))
+		w.Scale = own(a.be.FromHost(npu.U8, hq.mx, append(lead, (hq.k+hq.group-1)/hq.group)...))
+	default:
+		panic(fmt.Sprintf("glm5next: %s: cannot upload scheme %s", hq.module, hq.scheme))
+	}
+	if err := w.Check(); err != nil {
+		panic(fmt.Sprintf("glm5next: %s: %v", hq.module, err))
+	}
+	return w
+}
+
+// qloader resolves a checkpoint against the model's specs and the
+// description.
+type qloader struct {
+	ck     *safetensors.Checkpoint
+	layout loader.Layout
+	desc   *quant.Description
+	cfg    *config.ModelConfig
+	mode   string // dtype policy of float matrices
+	log    func(string, ...any)
+
+	claimed map[string]bool
+	errs    []error
+}
+
+func (q *qloader) errf(format string, args ...any) {
+	q.errs = append(q.errs, fmt.Errorf(format, args...))
+}
+
+// schemeOf looks up the scheme of a canonical weight name: under its
+// checkpoint name, its flat name or vLLM's nested module name
+// ("language_model.model.layers..."). A weight the description does not
+// list is FLOAT (vllm-ascend's lookup returns None for it).
+func (q *qloader) schemeOf(canonical string) (quant.Scheme, string) {
+	for _, k := range []string{q.layout.CheckpointName(canonical), canonical, "language_model." + canonical} {
+		if s, ok := q.desc.Tensors[k]; ok {
+			return s, k
+		}
+	}
+	return quant.Float, ""
+}
+
+// resolveKey maps a description key to the checkpoint tensor it names.
+func (q *qloader) resolveKey(key string) (string, bool) {
+	cands := []string{key, q.layout.CheckpointName(key)}
+	if rest, ok := strings.CutPrefix(key, "language_model."); ok {
+		cands = append(cands, rest, q.layout.CheckpointName(rest))
+	}
+	for _, c := range cands {
+		if _, ok := q.ck.Info(c); ok {
+			return c, true
+		}
+	}
+	return "", false
+}
+
+// tensor fetches checkpoint tensor name with the dtypes and one of the
+// shapes allowed, claiming it.
+func (q *qloader) tensor(name string, dts []npu.DType, shapes ...[]int) (safetensors.TensorInfo, []byte, bool) {
+	info, ok := q.ck.Info(name)
+	if !ok {
+		q.errf("%s: missing tensor %q (want %v %v)", q.ck.Path(), name, dts, shapes[0])
+		return info, nil, false
+	}
+	q.claimed[name] = true
+	if !slices.Contains(dts, info.DType) {
+		q.errf("%s: tensor %q has dtype %s, want one of %v", info.File, name, info.DTypeName, dts)
+		return info, nil, false
+	}
+	okShape := false
+	for _, s := range shapes {
+		okShape = okShape || npu.SameShape(info.Shape, s)
+	}
+	if !okShape {
+		q.errf("%s: tensor %q has shape %v, want %v", info.File, name, info.Shape, shapes[0])
+		return info, nil, false
+	}
+	b, err := q.ck.Data(name)
+	if err != nil {
+		q.errs = append(q.errs, err)
+		return info, nil, false
+	}
+	return info, b, true
+}
+
+var floatDTypes = []npu.DType{npu.F32, npu.BF16, npu.F16}
+
+// floats reads a float tensor as float32 (see tensor).
+func (q *qloader) floats(name string, dts []npu.DType, shapes ...[]int) ([]float32, bool) {
+	info, b, ok := q.tensor(name, dts, shapes...)
+	if !ok {
+		return nil, false
+	}
+	f, err := quant.DecodeFloats(b, info.DType)
+	if err != nil {
+		q.errf("%s: tensor %q: %v", info.File, name, err)
+		return nil, false
+	}
+	return f, true
+}
+
+// readQuant reads the tensors of a quantized linear ckName ("<module>.weight")
+// of shape [n, k] with scheme s.
+func (q *qloader) readQuant(ckName string, s quant.Scheme, n, k int) *hostQuant {
+	mod := module(ckName)
+	hq := &hostQuant{scheme: s, module: mod, n: n, k: k, group: q.desc.GroupSize}
+	nerr := len(q.errs)
+	col := [][]int{{n, 1}, {n}}
+	switch s {
+	case quant.W8A8, quant.W8A8Dynamic:
+		_, hq.weight, _ = q.tensor(ckName, []npu.DType{npu.I8}, []int{n, k})
+		hq.scale, _ = q.floats(mod+".weight_scale", floatDTypes, col...)
+		if off, ok := q.floats(mod+".weight_offset", floatDTypes, col...); ok {
+			if slices.ContainsFunc(off, func(v float32) bool { return v != 0 }) {
+				q.log("%s.weight_offset is non-zero: computing with symmetric weights as vllm-ascend's %s kernels do (offsets ignored)", mod, s)
+			}
+		}
+		if s == quant.W8A8 {
+			in, ok := q.floats(mod+".input_scale", floatDTypes, []int{1}, []int{})
+			if ok {
+				hq.inScale = in[0]
+				if !(hq.inScale > 0) || math.IsInf(float64(hq.inScale), 0) {
+					q.errf("%s: tensor %q: input scale %v must be positive and finite", q.ck.Path(), mod+".input_scale", hq.inScale)
+				}
+			}
+			if info, b, ok := q.tensor(mod+".input_offset", append([]npu.DType{npu.I8}, floatDTypes...), []int{1}, []int{}); ok {
+				if info.DType == npu.I8 {
+					hq.inOffset = int32(int8(b[0]))
+				} else if f, err := quant.DecodeFloats(b, info.DType); err == nil {
+					if f[0] != float32(math.Round(float64(f[0]))) || f[0] < -128 || f[0] > 127 {
+						q.errf("%s: tensor %q: offset %v is not an int8 value", info.File, mod+".input_offset", f[0])
+					}
+					hq.inOffset = int32(f[0])
+				}
+			}
+			if _, b, ok := q.tensor(mod+".quant_bias", []npu.DType{npu.I32}, []int{n}); ok {
+				hq.qbias = make([]int32, n)
+				for i := range hq.qbias {
+					hq.qbias[i] = int32(uint32(b[4*i]) | uint32(b[4*i+1])<<8 | uint32(b[4*i+2])<<16 | uint32(b[4*i+3])<<24)
+				}
+			}
+			hq.deq, _ = q.floats(mod+".deq_scale", []npu.DType{npu.F32, npu.I64}, []int{n}, []int{n, 1})
+		}
+	case quant.W8A8MXFP8:
+		nb := (k + hq.group - 1) / hq.group
+		_, hq.weight, _ = q.tensor(ckName, []npu.DType{npu.F8E4M3}, []int{n, k})
+		_, hq.mx, _ = q.tensor(mod+".weight_scale", []npu.DType{npu.U8}, []int{n, nb})
+	default:
+		q.errf("%s: tensor %q: scheme %s cannot be loaded", q.ck.Path(), ckName, s)
+	}
+	if len(q.errs) > nerr {
+		return nil
+	}
+	return hq
+}
+
+// fusedGroups lists vllm-ascend's fused modules of glm5_next (its
+// packed_modules_mapping): shards that must share one scheme, by
+// canonical weight names, with the fused module's name for messages.
+func fusedGroups(c *config.ModelConfig, f weightForm) (names []string, groups [][]string) {
+	add := func(name string, g ...string) {
+		names = append(names, name)
+		groups = append(groups, g)
+	}
+	for l := range c.NumHiddenLayers {
+		p := layerPrefix(l)
+		s := p + "self_attn."
+		if c.IsDSA(l) {
+			add(s+"fused_qkv_a_proj", s+"q_a_proj.weight", s+"kv_a_proj_with_mqa.weight")
+		} else {
+			fg := s
+			if f.forgetGate {
+				fg = s + "forget_gate."
+			}
+			add(s+"fused_qkvbfg_a_proj", s+"q_proj.weight", s+"k_proj.weight", s+"v_proj.weight",
+				s+"b_proj.weight", fg+"f_a_proj.weight", s+"g_a_proj.weight")
+		}
+		mp := p + "mlp."
+		if c.IsMoE(l) {
+			if !f.fusedExperts {
+				var ex []string
+				for e := range c.NRoutedExperts {
+					ep := fmt.Sprintf("%sexperts.%d.", mp, e)
+					ex = append(ex, ep+"gate_proj.weight", ep+"up_proj.weight", ep+"down_proj.weight")
+				}
+				add(mp+"experts", ex...)
+			}
+			if c.NSharedExperts > 0 {
+				add(mp+"shared_experts.gate_up_proj", mp+"shared_experts.gate_proj.weight", mp+"shared_experts.up_proj.weight")
+			}
+		} else {
+			add(mp+"gate_up_proj", mp+"gate_proj.weight", mp+"up_proj.weight")
+		}
+	}
+	return names, groups
+}
+
+// loadQuantized builds the model from an msmodelslim checkpoint.
+func loadQuantized(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Checkpoint, desc *quant.Description, opt LoadOptions) (*Model, error) {
+	start := time.Now()
+	m, err := newModel(be, cfg)
+	if err != nil {
+		return nil, err
+	}
+	layout, err := loader.DetectLayout(ck)
+	if err != nil {
+		return nil, err
+	}
+	mode := opt.DType
+	switch mode {
+	case "", "auto":
+		mode = "auto"
+	case "float32", "bfloat16":
+	default:
+		return nil, fmt.Errorf("glm5next: unknown dtype %q (want auto, float32 or bfloat16)", opt.DType)
+	}
+	logf := opt.Log
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	form := detectForm(ck.Names(), cfg)
+	sp := specs(cfg, form)
+	q := &qloader{ck: ck, layout: layout, desc: desc, cfg: cfg, mode: mode, log: logf, claimed: map[string]bool{}}
+
+	// Schemes, checked against the fused groups and the MoE methods.
+	scheme := map[string]quant.Scheme{}
+	for _, s := range sp {
+		sc, key := q.schemeOf(s.name)
+		scheme[s.name] = sc
+		if !sc.Quantized() {
+			continue
+		}
+		switch kind := kindOf(s.name); {
+		case kind == kindOther || len(s.shape) != 2:
+			q.errf("%s: tensor %q is described as %s, but only linear weights can be quantized (norms, biases, mHC, conv, gate parameters and index_kpool_compress_gate stay FLOAT)",
+				desc.Path, key, sc)
+		case isExpert(s.name) && sc == quant.W8A8:
+			q.errf("%s: tensor %q is described as W8A8 (static), which vllm-ascend has no MoE method for: routed experts must be W8A8_DYNAMIC, W8A8_MXFP8 or FLOAT",
+				desc.Path, key)
+		}
+	}
+	gnames, groups := fusedGroups(cfg, form)
+	for i, g := range groups {
+		first := scheme[g[0]]
+		for _, n := range g[1:] {
+			if scheme[n] != first {
+				q.errf("%s: fused module %s: not all shards are quantized with the same scheme: %s is %s but %s is %s",
+					desc.Path, gnames[i], module(g[0]), first, module(n), scheme[n])
+				break
+			}
+		}
+	}
+	// Every tensor the description names must exist.
+	for _, k := range slices.Sorted(maps.Keys(desc.Tensors)) {
+		if _, ok := q.resolveKey(k); !ok {
+			q.errf("%s: names tensor %q, which the checkpoint %s does not have", desc.Path, k, ck.Path())
+		}
+	}
+	if len(q.errs) > 0 {
+		return nil, fmt.Errorf("glm5next: %w", joinErrs(q.errs))
+	}
+
+	// Read every tensor.
+	floats := map[string]*npu.Tensor{}
+	hqs := map[string]*hostQuant{}
+	var nq, nd int
+	var bytes int64
+	for _, s := range sp {
+		ckName := layout.CheckpointName(s.name)
+		sc := scheme[s.name]
+		if sc.Quantized() {
+			hq := q.readQuant(ckName, sc, s.shape[0], s.shape[1])
+			if hq == nil {
+				continue
+			}
+			bytes += int64(len(hq.weight))
+			if kindOf(s.name) == kindDequant {
+				// Another op consumes the weight: dequantise it.
+				w := dequantHost(hq)
+				dt := npu.F32
+				if s.matrix {
+					dt = outDType(npu.BF16, mode)
+				}
+				floats[s.name] = be.FromHost(dt, quant.EncodeFloats(w, dt), s.shape...)
+				logf("%s is %s in the checkpoint: dequantised to %v (%s)", ckName, sc, dt, "its op takes float weights")
+				nd++
+				continue
+			}
+			hqs[s.name] = hq
+			nq++
+			continue
+		}
+		info, b, ok := q.tensor(ckName, floatDTypes, s.shape)
+		if !ok {
+			if info.DType == npu.F8E4M3 {
+				q.errf("%s: tensor %q: block-FP8 weights cannot be mixed with an msmodelslim description", info.File, ckName)
+			}
+			continue
+		}
+		bytes += int64(len(b))
+		dt := npu.F32
+		if s.matrix {
+			dt = outDType(info.DType, mode)
+		}
+		if dt != info.DType {
+			f, _ := quant.DecodeFloats(b, info.DType)
+			b = quant.EncodeFloats(f, dt)
+		}
+		floats[s.name] = be.FromHost(dt, b, s.shape...)
+	}
+	// Static W8A8 shards of a fused module share one activation quantizer.
+	for i, g := range groups {
+		var ref *hostQuant
+		for _, n := range g {
+			hq := hqs[n]
+			if hq == nil || hq.scheme != quant.W8A8 {
+				continue
+			}
+			if ref == nil {
+				ref = hq
+			} else if hq.inScale != ref.inScale || hq.inOffset != ref.inOffset {
+				q.errf("%s: fused module %s: %s.input_scale/input_offset (%v, %d) differ from %s's (%v, %d): fused shards share their input",
+					ck.Path(), gnames[i], hq.module, hq.inScale, hq.inOffset, ref.module, ref.inScale, ref.inOffset)
+			}
+		}
+	}
+	// Unclaimed checkpoint tensors: the vision tower and MTP layers are
+	// skipped, anything else is an error.
+	var skipped int
+	for _, n := range ck.Names() {
+		if q.claimed[n] {
+			continue
+		}
+		if strings.HasPrefix(n, "model.visual.") || isMTPName(n, layout, cfg.NumHiddenLayers) {
+			skipped++
+			continue
+		}
+		q.errf("%s: unexpected tensor %q: no linear or spec claims it", ck.Path(), n)
+	}
+	if len(q.errs) > 0 {
+		for _, t := range floats {
+			be.Free(t)
+		}
+		return nil, fmt.Errorf("glm5next: %w", joinErrs(q.errs))
+	}
+	if skipped > 0 {
+		logf("skipping %d vision tower and MTP layer tensors", skipped)
+	}
+	a := newAssembler(be, floats)
+	a.q = hqs
+	a.mxAlg = opt.MXScaleAlg
+	a.build(m, form)
+	logf("loaded %s checkpoint %s in %v: %d quantized linears, %d dequantised, %.2f GiB (%s)",
+		cmpOr(desc.ModelQuantType, "msmodelslim"), ck.Path(), time.Since(start).Round(time.Millisecond), nq, nd, float64(bytes)/(1<<30), layout)
+	return m, nil
+}
+
+// outDType is the loader's dtype policy for float matrices.
+func outDType(src npu.DType, mode string) npu.DType {
+	switch mode {
+	case "float32":
+		return npu.F32
+	case "bfloat16":
+		return npu.BF16
+	}
+	return src
+}
+
+// dequantHost expands a quantized linear to float32.
+func dequantHost(hq *hostQuant) []float32 {
+	t := map[string]quant.Tensor{"weight": {Data: hq.weight}}
+	switch hq.scheme {
+	case quant.W8A8, quant.W8A8Dynamic:
+		t["weight_scale"] = quant.Tensor{DType: npu.F32, Data: f32Bytes(hq.scale)}
+	case quant.W8A8MXFP8:
+		t["weight_scale"] = quant.Tensor{DType: npu.U8, Data: hq.mx}
+	}
+	w, err := quant.DequantizeLinear(hq.scheme, t, hq.n, hq.k, hq.group)
+	if err != nil {
+		panic(fmt.Sprintf("glm5next: %s: %v", hq.module, err)) // shapes were checked
+	}
+	return w
+}
+
+// isMTPName reports whether a checkpoint tensor belongs to an MTP layer: a
+// layer index >= numLayers or an MTP-only module.
+func isMTPName(name string, layout loader.Layout, numLayers int) bool {
+	prefix := layout.CheckpointName("model.layers.")
+	rest, ok := strings.CutPrefix(name, prefix)
+	if !ok {
+		return false
+	}
+	idx, sub, _ := strings.Cut(rest, ".")
+	l, err := strconv.Atoi(idx)
+	if err != nil {
+		return false
+	}
+	if l >= numLayers {
+		return true
+	}
+	for _, p := range []string{"shared_head.", "enorm.", "hnorm.", "eh_proj."} {
+		if strings.HasPrefix(sub, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// joinErrs reports up to 10 problems and counts the rest.
+func joinErrs(errs []error) error {
+	if len(errs) <= 10 {
+		return errors.Join(errs...)
+	}
+	return errors.Join(append(errs[:10:10], fmt.Errorf("... and %d more problems", len(errs)-10))...)
+}
