@@ -37,6 +37,7 @@ func benchCommand() *cli.Command {
 				},
 				Action: runBenchDecode,
 			},
+			benchServeCommand(),
 		},
 	}
 }

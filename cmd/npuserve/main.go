@@ -49,9 +49,12 @@ func newApp() *cli.App {
 			return nil
 		},
 		Commands: []*cli.Command{
+			serveCommand(),
 			generateCommand(),
 			tokenizeCommand(),
+			renderCommand(),
 			benchCommand(),
+			quantizeCommand(), evalCommand(),
 			{
 				Name:  "version",
 				Usage: "print the version",
