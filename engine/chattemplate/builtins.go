@@ -305,7 +305,8 @@ func globalNamespace(r *renderer, args []Value, kw []namedArg) (Value, error) {
 	return Value{kind: NamespaceKind, ref: &Namespace{attrs: m}}, nil
 }
 
-// joinerObj is Jinja2's joiner: "" on the first call, the separator after.
+// globalJoiner is Jinja2's joiner(): a callable that returns "" on the
+// first call and the separator after.
 func globalJoiner(r *renderer, args []Value, kw []namedArg) (Value, error) {
 	a, set, err := bindArgs("joiner", args, kw, []string{"sep"}, 0)
 	if err != nil {

@@ -23,7 +23,10 @@
 //     strings as code points, None, Jinja's Undefined; Python's str(),
 //     repr() and arithmetic; the string, dict and list methods templates
 //     call; the immutable sandbox's attribute rules;
-//   - Jinja2's built-in filters and tests that chat templates use.
+//   - Jinja2's built-in filters and tests that chat templates use, with
+//     generator results (map, select, ...) that behave as Python's do;
+//   - Jinja2's static variable scoping (symbols.go) and its constant
+//     folding (optimize.go), both observable from templates.
 //
 // Values keep mapping insertion order: tool JSON schemas are part of the
 // prompt and their key order must survive. Decode request JSON with

@@ -584,8 +584,8 @@ func sliceValue(obj, start, stop, step Value) (Value, error) {
 	}
 }
 
-// dictMethods and the others list the Python methods per type; mutating
-// ones are refused by the immutable sandbox.
+// unsafeMethods are the mutating methods the immutable sandbox refuses
+// (ImmutableSandboxedEnvironment's modifies_known_mutable).
 var unsafeMethods = map[Kind]map[string]bool{
 	MapKind:  {"clear": true, "pop": true, "popitem": true, "setdefault": true, "update": true},
 	ListKind: {"append": true, "clear": true, "extend": true, "insert": true, "pop": true, "remove": true, "reverse": true, "sort": true},

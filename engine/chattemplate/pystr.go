@@ -272,8 +272,8 @@ func pySplitlines(s string, keepends bool) []string {
 	return out
 }
 
-// runeSlice converts Python indexes [start:end] (already clamped to
-// 0..len) into the substring.
+// runeSubstr returns s[start:end] in Python (rune) indexes, already
+// clamped to 0..len.
 func runeSubstr(s string, start, end int) string {
 	if isASCII(s) {
 		return s[start:end]
@@ -386,8 +386,7 @@ func pyIsUpper(s string) bool {
 	return cased
 }
 
-// pyExpandIndent builds the indentation for Jinja's indent filter and
-// json.dumps.
+// spaces returns n spaces (Python's " " * n; empty for n <= 0).
 func spaces(n int) string {
 	if n <= 0 {
 		return ""

@@ -54,7 +54,7 @@ type Limits struct {
 	// while rendering.
 	MaxOutputBytes int
 	// MaxAllocBytes bounds the total bytes of strings and list elements
-	// (16 bytes each) created while rendering.
+	// (48 bytes each) created while rendering.
 	MaxAllocBytes int64
 	// MaxSteps bounds evaluated statements, expressions and loop
 	// iterations.

@@ -713,7 +713,7 @@ func Equal(a, b Value) bool {
 	return a.ref == b.ref
 }
 
-// sortKeysOf returns indexes of m's entries sorted by key, or an error
+// sortedIndexes returns the indexes of keys in sorted order, or an error
 // when the keys are not mutually comparable (Python's TypeError).
 func sortedIndexes(keys []Value) ([]int, error) {
 	idx := make([]int, len(keys))

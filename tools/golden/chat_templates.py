@@ -82,41 +82,44 @@ SPECIAL_TOKEN_NAMES = ["bos_token", "eos_token", "unk_token", "sep_token", "pad_
 
 def make_reference():
     """Returns (description, compile(src) -> template, render_chat(...))."""
+    jinja_desc, jinja_compile, jinja_render = make_jinja_reference()
     try:
+        import inspect
+
         import transformers
         from transformers.utils import chat_template_utils as ctu
 
         if not hasattr(ctu, "render_jinja_template"):
             raise ImportError("transformers too old: no render_jinja_template")
-
-        class _FrozenDatetime(datetime.datetime):
-            @classmethod
-            def now(cls, tz=None):
-                return FIXED_NOW
-
-        ctu.datetime = _FrozenDatetime
-
-        def compile_template(src):
-            return ctu._compile_jinja_template(src)
-
-        def render_chat(src, messages, tools, documents, add_generation_prompt, continue_final_message, kwargs):
-            if continue_final_message and add_generation_prompt:
-                raise ValueError("continue_final_message and add_generation_prompt are not compatible.")
-            out, _ = ctu.render_jinja_template(
-                conversations=[messages],
-                tools=tools,
-                documents=documents,
-                chat_template=src,
-                continue_final_message=continue_final_message,
-                add_generation_prompt=add_generation_prompt,
-                **kwargs,
-            )
-            return out[0]
-
-        return f"transformers {transformers.__version__}", compile_template, render_chat
     except ImportError:
-        pass
+        return jinja_desc, jinja_compile, jinja_render
 
+    class _FrozenDatetime(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return FIXED_NOW
+
+    ctu.datetime = _FrozenDatetime
+    params = inspect.signature(ctu.render_jinja_template).parameters
+    compile_template = getattr(ctu, "_compile_jinja_template", jinja_compile)
+
+    def render_chat(src, messages, tools, documents, add_generation_prompt, continue_final_message, kwargs):
+        if continue_final_message and add_generation_prompt:
+            raise ValueError("continue_final_message and add_generation_prompt are not compatible.")
+        call = dict(conversations=[messages], tools=tools, chat_template=src,
+                    continue_final_message=continue_final_message, add_generation_prompt=add_generation_prompt)
+        if "documents" in params:
+            call["documents"] = documents
+        out = ctu.render_jinja_template(**call, **kwargs)
+        if isinstance(out, tuple):  # (rendered list, generation indices)
+            out = out[0]
+        return out[0] if isinstance(out, list) else out
+
+    return f"transformers {transformers.__version__}", compile_template, render_chat
+
+
+def make_jinja_reference():
+    """transformers' environment re-created with Jinja2."""
     import jinja2
     from jinja2.ext import Extension, loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -697,7 +700,7 @@ def main():
         except Exception as e:  # noqa: BLE001
             rec["error"] = error_record(e)
         cases.append(rec)
-    out.put(CASES, json.dumps({"reference": desc.split(" (")[0], "cases": cases}, indent=1, ensure_ascii=False) + "\n")
+    out.put(CASES, json.dumps({"cases": cases}, indent=1, ensure_ascii=False) + "\n")
 
     # Stale goldens (scenarios or templates that no longer exist).
     if os.path.isdir(GOLDEN):
