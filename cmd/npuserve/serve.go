@@ -78,6 +78,9 @@ func runServe(c *cli.Context) error {
 	if planErr != nil {
 		return usageError("serve: %v", planErr)
 	}
+	if multiRank(args) {
+		return runServeParallel(args, dir, modelCfg, gen, plan)
+	}
 	if err := checkSingleRank(args); err != nil {
 		return usageError("serve: %v", err)
 	}
@@ -134,6 +137,7 @@ func runServe(c *cli.Context) error {
 		BlockSize:           plan.Scheduler.BlockSize,
 		CacheBytes:          cacheBytes,
 		EOSTokenIDs:         eos,
+		MaxLogprobs:         args.MaxLogprobs,
 		OnStep: func(st core.StepStats) {
 			if srv != nil {
 				srv.OnStep(st)
@@ -167,12 +171,19 @@ func runServe(c *cli.Context) error {
 	} else if k := os.Getenv("VLLM_API_KEY"); k != "" {
 		keys = []string{k}
 	}
+	maxLogprobs := 20
+	if args.Given("max-logprobs") {
+		maxLogprobs = args.MaxLogprobs
+	}
 	srv, err = server.New(eng, tok, server.Options{
 		ServedModelNames: args.ServedModelNames(), ModelPath: dir, APIKeys: keys,
 		Templates: templates, ChatTemplate: override, ContentFormat: args.ChatTemplateContentFormat,
 		ReasoningParser: args.ReasoningParser, ToolCallParser: args.ToolCallParser, EnableAutoToolChoice: args.EnableAutoToolChoice,
 		Generation: genDefaults, DisableLogStats: args.DisableLogStats, LogRequests: args.EnableLogRequests,
 		Version: version, VocabSize: modelCfg.VocabSize, Log: logrus.StandardLogger(),
+		MaxLogprobs: maxLogprobs, TrustRequestChatTemplate: args.TrustRequestChatTemplate,
+		EnablePromptTokensDetails: args.EnablePromptTokensDetails, EnableForceIncludeUsage: args.EnableForceIncludeUsage,
+		ReturnTokensAsTokenIDs: args.ReturnTokensAsTokenIDs,
 	})
 	if err != nil {
 		return usageError("serve: %v", err)

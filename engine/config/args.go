@@ -40,6 +40,11 @@ type EngineArgs struct {
 	ChatTemplateContentFormat string   // --chat-template-content-format (auto | string | openai)
 	EnableLogRequests         bool     // --enable-log-requests (--disable-log-requests clears it)
 	DisableLogStats           bool     // --disable-log-stats
+	MaxLogprobs               int      // --max-logprobs (default 20)
+	TrustRequestChatTemplate  bool     // --trust-request-chat-template
+	EnablePromptTokensDetails bool     // --enable-prompt-tokens-details
+	EnableForceIncludeUsage   bool     // --enable-force-include-usage
+	ReturnTokensAsTokenIDs    bool     // --return-tokens-as-token-ids
 	UvicornLogLevel           string   // --uvicorn-log-level
 
 	// Parallelism and multi-node DP.
@@ -229,6 +234,16 @@ var flagTable = []flagSpec{
 		setBool: func(a *EngineArgs, v bool) { a.EnableLogRequests = !v }},
 	{name: "disable-log-stats", kind: kindBool, negate: true, usage: "do not log engine statistics",
 		setBool: func(a *EngineArgs, v bool) { a.DisableLogStats = v }},
+	{name: "max-logprobs", kind: kindString, usage: "largest logprobs / top_logprobs a request may ask for", defText: "20",
+		set: func(a *EngineArgs, v string) error { return intIn(&a.MaxLogprobs, v, -1, 1<<20) }},
+	{name: "trust-request-chat-template", kind: kindBool, negate: true, usage: "allow a chat_template in requests",
+		setBool: func(a *EngineArgs, v bool) { a.TrustRequestChatTemplate = v }},
+	{name: "enable-prompt-tokens-details", kind: kindBool, negate: true, usage: "report usage.prompt_tokens_details",
+		setBool: func(a *EngineArgs, v bool) { a.EnablePromptTokensDetails = v }},
+	{name: "enable-force-include-usage", kind: kindBool, negate: true, usage: "send usage in every stream",
+		setBool: func(a *EngineArgs, v bool) { a.EnableForceIncludeUsage = v }},
+	{name: "return-tokens-as-token-ids", kind: kindBool, negate: true, usage: "logprob tokens as token:ID strings",
+		setBool: func(a *EngineArgs, v bool) { a.ReturnTokensAsTokenIDs = v }},
 	{name: "uvicorn-log-level", kind: kindString, usage: "HTTP server log level", defText: "info",
 		set: func(a *EngineArgs, v string) error { return choice(&a.UvicornLogLevel, v, uvicornLevels) }},
 
