@@ -12,7 +12,7 @@ const (
 	replicated shard = iota // every TP rank holds it
 	colwise                 // output rows split over TP
 	rowwise                 // input columns split over TP
-	vocabRows               // vocabulary rows split over TP (ceil)
+	vocabRows               // vocabulary rows split over TP when TP divides the vocabulary, else replicated
 )
 
 // Plan part names (PlanPart.Name).
@@ -103,26 +103,30 @@ func inventory(c *ModelConfig) []tensorGroup {
 	if !c.TieWordEmbeddings {
 		add(tensorGroup{part: partLMHead, name: "lm_head", layers: 1, rows: v, cols: d, matrix: true, shard: vocabRows})
 	}
-	// KDA: not in glm5_next's base_model_tp_plan, so replicated.
+	// KDA: heads over TP (issue 4; glm5_next's base_model_tp_plan leaves
+	// KDA out): per-head projections, conv channels and gate parameters
+	// split, the low-rank f_a/g_a projections and the per-head o_norm
+	// replicated, o_proj row-parallel (engine/model/glm5next.Parallel).
 	for _, x := range []struct {
 		name       string
 		rows, cols int64
 		matrix     bool
 		quant      bool
+		shard      shard
 	}{
-		{"q_proj+k_proj+v_proj", 3 * hk, d, true, true},
-		{"q/k/v_conv1d", 3 * hk, int64(c.LinearConvKernelDim), false, false},
-		{"f_a_proj", k, d, true, false},
-		{"f_b_proj", hk, k, true, false},
-		{"dt_bias", hk, 1, false, false},
-		{"A_log", h, 1, false, false},
-		{"b_proj", h, d, true, false},
-		{"g_a_proj", k, d, true, false},
-		{"g_b_proj", hk, k, true, false},
-		{"o_norm", k, 1, false, false},
-		{"o_proj", d, hk, true, true},
+		{"q_proj+k_proj+v_proj", 3 * hk, d, true, true, colwise},
+		{"q/k/v_conv1d", 3 * hk, int64(c.LinearConvKernelDim), false, false, colwise},
+		{"f_a_proj", k, d, true, false, replicated},
+		{"f_b_proj", hk, k, true, false, colwise},
+		{"dt_bias", hk, 1, false, false, colwise},
+		{"A_log", h, 1, false, false, colwise},
+		{"b_proj", h, d, true, false, colwise},
+		{"g_a_proj", k, d, true, false, replicated},
+		{"g_b_proj", hk, k, true, false, colwise},
+		{"o_norm", k, 1, false, false, replicated},
+		{"o_proj", d, hk, true, true, rowwise},
 	} {
-		add(tensorGroup{part: partKDA, name: x.name, layers: kda, rows: x.rows, cols: x.cols, matrix: x.matrix, quant: x.quant, shard: replicated})
+		add(tensorGroup{part: partKDA, name: x.name, layers: kda, rows: x.rows, cols: x.cols, matrix: x.matrix, quant: x.quant, shard: x.shard})
 	}
 	// DSA (NoPE MLA): base_model_tp_plan shards q_b_proj and kv_b_proj
 	// colwise and o_proj rowwise (heads split); kv_a_proj_with_mqa

@@ -77,8 +77,10 @@ type PlanParallel struct {
 	HeadAddress           string `json:"head_address"`
 	RPCPort               int    `json:"rpc_port"`
 	DPCoordinator         bool   `json:"dp_coordinator"`
-	Lockstep              bool   `json:"lockstep"`
-	Sharding              string `json:"sharding"`
+	// Lockstep: the DP ranks step together (dummy steps when idle)
+	// because expert parallelism spans them (engine/worker).
+	Lockstep bool   `json:"lockstep"`
+	Sharding string `json:"sharding"`
 }
 
 // PlanParams counts parameters (elements) of the text model.
@@ -177,7 +179,8 @@ type PlanScheduler struct {
 
 // PlanCache is the cache footprint, per rank (every TP rank of a DP rank
 // holds the cache of that DP rank's sequences: the DSA latent and indexer
-// keys are not split by heads, and KDA is replicated).
+// keys are not split by heads; the KDA conv window and recurrent state
+// are, so each TP rank holds 1/TP of them).
 type PlanCache struct {
 	Dtype      string `json:"dtype"`
 	StateDtype string `json:"state_dtype"`
@@ -620,6 +623,7 @@ func (pl *planner) checkParallel() error {
 		n    int
 	}{
 		{"num_attention_heads", c.NumAttentionHeads},
+		{"linear_attn_config.num_heads (KDA heads)", c.LinearNumHeads},
 		{"intermediate_size (dense MLP)", c.IntermediateSize},
 		{"the shared experts' intermediate size", c.MoEIntermediateSize * c.NSharedExperts},
 	}
@@ -717,7 +721,9 @@ func (pl *planner) groupOnRank(g tensorGroup, t, e int) (params, bytes int64) {
 		case rowwise:
 			cols /= tp
 		case vocabRows:
-			rows = ceilDiv(rows, tp)
+			if rows%tp == 0 {
+				rows /= tp
+			}
 		}
 	}
 	return count * rows * cols, pl.tensorBytes(g, count, rows, cols)
@@ -727,9 +733,12 @@ func (pl *planner) groupOnRank(g tensorGroup, t, e int) (params, bytes int64) {
 func (pl *planner) partSharding(part string) string {
 	switch part {
 	case partEmbed, partLMHead:
-		return "vocab-parallel over TP (ceil(vocab/TP) rows per rank)"
+		if pl.c.VocabSize%pl.tp != 0 {
+			return fmt.Sprintf("replicated (TP %d does not divide the vocabulary of %d)", pl.tp, pl.c.VocabSize)
+		}
+		return "vocab-parallel over TP (vocab/TP rows per rank; embedding all-reduce, logits all-gather)"
 	case partKDA:
-		return "replicated (not in glm5_next's base_model_tp_plan)"
+		return "heads over TP: q/k/v_proj, conv channels, f_b/g_b_proj, dt_bias, A_log, b_proj by head, o_proj rowwise; f_a/g_a_proj, o_norm replicated"
 	case partMLA:
 		return "heads over TP: q_b_proj, kv_b_proj colwise, o_proj rowwise; q_a_proj, kv_a_proj_with_mqa, norms replicated"
 	case partIndexer, partRouter, partMHC, partNorms:
@@ -778,8 +787,11 @@ func (pl *planner) layout(p *Plan) {
 		ExpertParallel: pl.ep > 0, ExpertParallelSize: pl.ep,
 		DataParallelSizeLocal: local, DataParallelStartRank: a.DataParallelStartRank,
 		Headless: a.Headless, HeadAddress: a.DataParallelAddress, RPCPort: a.DataParallelRPCPort,
-		DPCoordinator: dp > 1, Lockstep: dp > 1,
-		Sharding: "TP follows glm5_next's base_model_tp_plan (DSA heads, dense MLP and shared experts split; KDA, indexer, router, mHC replicated); embed_tokens and lm_head vocab-parallel; routed experts expert-parallel over DP×TP with --enable-expert-parallel",
+		// DP ranks step in lockstep only when expert parallelism joins
+		// them in the MoE layers; without it each DP rank holds every
+		// expert (TP-split) and runs no collective with the others.
+		DPCoordinator: dp > 1, Lockstep: dp > 1 && pl.ep > 0,
+		Sharding: "TP follows glm5_next's base_model_tp_plan (DSA heads, dense MLP and shared experts split) plus KDA heads; indexer, router, mHC replicated; embed_tokens and lm_head vocab-parallel when TP divides the vocabulary; routed experts expert-parallel over DP×TP with --enable-expert-parallel, else split over TP",
 	}
 	_, par.RoutedExpertsPerRank = pl.expertsOf(0)
 	if !par.ExpertParallel && tp > 1 {
@@ -1035,7 +1047,8 @@ func (pl *planner) cache(p *Plan) {
 			continue
 		}
 		pc.KDALayersCached++
-		h, k, w := int64(c.LinearNumHeads), int64(c.LinearHeadDim), int64(c.LinearConvKernelDim)
+		// Each TP rank caches its KDA heads.
+		h, k, w := int64(c.LinearNumHeads)/int64(pl.tp), int64(c.LinearHeadDim), int64(c.LinearConvKernelDim)
 		pc.ConvBytesPerSequence += (w - 1) * 3 * h * k * cb
 		pc.StateBytesPerSequence += h * k * k * 4
 	}
@@ -1073,7 +1086,7 @@ func (pl *planner) memory(p *Plan) error {
 	hk := int64(c.LinearNumHeads * c.LinearHeadDim)
 	ha := int64(c.NumAttentionHeads)
 	widest := max(
-		8*hk, // KDA (replicated): q/k/v before and after the conv, gate, output
+		8*hk/tp, // KDA (heads over TP): q/k/v before and after the conv, gate, output
 		ha/tp*int64(c.QKNopeHeadDim+c.QKRopeHeadDim+c.QKNopeHeadDim+2*c.VHeadDim)+int64(c.QLoraRank+c.KVLoraRank+c.IndexNHeads*c.IndexHeadDim), // DSA
 		3*int64(c.IntermediateSize)/tp, // dense MLP
 		int64(c.NumExpertsPerTok)*3*int64(c.MoEIntermediateSize)/tp+3*int64(c.MoEIntermediateSize*c.NSharedExperts)/tp+int64(c.NRoutedExperts), // MoE

@@ -95,14 +95,22 @@ func expertBytes(format string) int64 {
 // flags taken from the guide's scripts plus --device-memory.
 func TestPlanSeedDeployments(t *testing.T) {
 	const (
-		d, v              = 4096, 154880
-		layersMoE         = 42
-		kdaLayers         = 34
-		hk                = 64 * 128
-		cacheTok          = 11 * (512*2 + 2*128*2 + 128*2/4)           // bf16 latent, raw key+gate, pooled share
-		statePerSeq int64 = 34 * (3*3*hk*2 + 64*128*128*4)             // bf16 conv window + fp32 recurrent state
-		kdaQuant    int64 = kdaLayers * (3*hk*d + 3*hk*4 + d*hk + d*4) // q/k/v/o int8 + per-row scales
+		d, v            = 4096, 154880
+		layersMoE       = 42
+		kdaLayers       = 34
+		hk              = 64 * 128
+		cacheTok        = 11 * (512*2 + 2*128*2 + 128*2/4) // bf16 latent, raw key+gate, pooled share
+		kdaLayer  int64 = 137_732_288                      // one KDA layer's parameters
+		kdaRepl   int64 = 2*128*d + 128                    // f_a_proj, g_a_proj, o_norm: replicated over TP
 	)
+	// KDA heads are split over TP: per rank, the bf16 conv window and fp32
+	// recurrent state of 64/TP heads, the split parameters over TP, and
+	// q/k/v/o int8 with per-row scales in w8a8.
+	statePerSeq := func(tp int64) int64 { return 34 * (3*3*hk/tp*2 + 64/tp*128*128*4) }
+	kdaPerRank := func(tp int64) int64 { return kdaLayers * ((kdaLayer-kdaRepl)/tp + kdaRepl) }
+	kdaQuant := func(tp int64) int64 {
+		return kdaLayers * (3*hk/tp*d + 3*hk/tp*4 + d*hk/tp + d*4)
+	}
 	cases := []struct {
 		name, file, mem  string
 		format           string
@@ -118,16 +126,16 @@ func TestPlanSeedDeployments(t *testing.T) {
 		embedRowsPerRank int64
 	}{
 		{name: "2x Atlas 800 A2 DP2 TP8 EP w8a8, head", file: "a2-dp2-tp8-node0.sh", mem: "atlas-800-a2", format: "w8a8_dynamic",
-			tp: 8, dp: 2, ep: 16, expertsPerRank: 18, nodes: 2, thisNode: 0, perRankBytes: 24_866_270_332, seqsPerDP: 11, concurrentPerDP: 10,
+			tp: 8, dp: 2, ep: 16, expertsPerRank: 18, nodes: 2, thisNode: 0, perRankBytes: 20_723_649_948, seqsPerDP: 14, concurrentPerDP: 14,
 			apiServerRanks: []int{0}, thisNodeRanks: 8, nodeRoles: []string{"head", "headless"}, embedRowsPerRank: v / 8},
 		{name: "2x Atlas 800 A2 DP2 TP8 EP w8a8, headless", file: "a2-dp2-tp8-node1.sh", mem: "atlas-800-a2", format: "w8a8_dynamic",
-			tp: 8, dp: 2, ep: 16, expertsPerRank: 18, nodes: 2, thisNode: 1, perRankBytes: 24_866_270_332, seqsPerDP: 11, concurrentPerDP: 10,
+			tp: 8, dp: 2, ep: 16, expertsPerRank: 18, nodes: 2, thisNode: 1, perRankBytes: 20_723_649_948, seqsPerDP: 14, concurrentPerDP: 14,
 			apiServerRanks: []int{0}, thisNodeRanks: 8, nodeRoles: []string{"head", "headless"}, embedRowsPerRank: v / 8},
 		{name: "Atlas 800 A3 TP16 EP w8a8", file: "a3-tp16.sh", mem: "atlas-800-a3", format: "w8a8_dynamic",
-			tp: 16, dp: 1, ep: 16, expertsPerRank: 18, nodes: 1, thisNode: 0, perRankBytes: 24_538_131_580, seqsPerDP: 12, concurrentPerDP: 10,
+			tp: 16, dp: 1, ep: 16, expertsPerRank: 18, nodes: 1, thisNode: 0, perRankBytes: 20_099_609_740, seqsPerDP: 15, concurrentPerDP: 14,
 			apiServerRanks: []int{0}, thisNodeRanks: 16, nodeRoles: []string{"head"}, embedRowsPerRank: v / 16},
 		{name: "950DT TP8 EP mxfp8", file: "950dt-tp8-mxfp8.sh", mem: "950dt", format: "mxfp8",
-			tp: 8, dp: 1, ep: 8, expertsPerRank: 36, nodes: 1, thisNode: 0, perRankBytes: 45_208_876_668, seqsPerDP: 17, concurrentPerDP: 16,
+			tp: 8, dp: 1, ep: 8, expertsPerRank: 36, nodes: 1, thisNode: 0, perRankBytes: 40_944_400_284, seqsPerDP: 20, concurrentPerDP: 20,
 			apiServerRanks: []int{0}, thisNodeRanks: 8, nodeRoles: []string{"head"}, embedRowsPerRank: v / 8},
 	}
 	for _, tc := range cases {
@@ -161,11 +169,13 @@ func TestPlanSeedDeployments(t *testing.T) {
 			want(t, "routed experts bytes", parts[partRoutedExperts].BytesPerRank, layersMoE*int64(tc.expertsPerRank)*expertBytes(tc.format))
 			want(t, "embed bytes", parts[partEmbed].BytesPerRank, tc.embedRowsPerRank*d*2)
 			want(t, "lm_head bytes", parts[partLMHead].BytesPerRank, tc.embedRowsPerRank*d*2)
-			// KDA is replicated: every rank holds all 34 layers.
-			want(t, "KDA params per rank", parts[partKDA].ParamsPerRank, int64(4_682_897_792))
+			// KDA heads over TP: 34 × 137,732,288 parameters in all.
+			want(t, "KDA params", parts[partKDA].Params, int64(kdaLayers*kdaLayer))
+			tp := int64(tc.tp)
+			want(t, "KDA params per rank", parts[partKDA].ParamsPerRank, kdaPerRank(tp))
 			if tc.format == "w8a8_dynamic" {
-				kdaBF16 := (int64(4_682_897_792) - kdaLayers*4*hk*d) * 2
-				want(t, "KDA bytes", parts[partKDA].BytesPerRank, kdaQuant+kdaBF16)
+				kdaBF16 := (kdaPerRank(tp) - kdaLayers*4*hk*d/tp) * 2
+				want(t, "KDA bytes", parts[partKDA].BytesPerRank, kdaQuant(tp)+kdaBF16)
 			}
 			var sum int64
 			for _, x := range p.Weights.Parts {
@@ -176,12 +186,12 @@ func TestPlanSeedDeployments(t *testing.T) {
 
 			// Cache per rank (BF16 on Ascend, fp32 recurrent state).
 			want(t, "cache bytes per token", p.Cache.BytesPerToken, int64(cacheTok))
-			want(t, "state per sequence", p.Cache.BytesPerSequenceState, statePerSeq)
+			want(t, "state per sequence", p.Cache.BytesPerSequenceState, statePerSeq(tp))
 			m := p.Memory
 			want(t, "usable", m.UsableBytes, int64(float64(p.Device.MemoryBytes)*m.GPUMemoryUtilization))
 			want(t, "budget", m.CacheBudgetBytes, m.UsableBytes-m.WeightBytes-m.Reserve.TotalBytes)
-			want(t, "blocks", m.NumBlocks, (m.CacheBudgetBytes-32*statePerSeq)/(64*cacheTok))
-			want(t, "sequences", m.SequencesAtMaxLenPerDPRank, m.CacheBudgetBytes/(133120*cacheTok+statePerSeq))
+			want(t, "blocks", m.NumBlocks, (m.CacheBudgetBytes-32*statePerSeq(tp))/(64*cacheTok))
+			want(t, "sequences", m.SequencesAtMaxLenPerDPRank, m.CacheBudgetBytes/(133120*cacheTok+statePerSeq(tp)))
 
 			// Ranks: roles, devices, expert ranges.
 			var api []int
@@ -368,10 +378,10 @@ func TestPlanErrors(t *testing.T) {
 			"--device-memory: the weights", true},
 		{"utilization too low", []string{"m", "--device-memory", "atlas-800-a2", "-tp", "16", "-ep", "--quantization", "w8a8", "--gpu-memory-utilization", "0.3"}, full,
 			"--gpu-memory-utilization: the weights", true},
-		{"max len does not fit", []string{"m", "--device-memory", "atlas-800-a3", "-tp", "16", "-ep", "--quantization", "w8a8", "--max-num-seqs", "8", "--gpu-memory-utilization", "0.6"}, full,
+		{"max len does not fit", []string{"m", "--device-memory", "atlas-800-a3", "-tp", "16", "-ep", "--quantization", "w8a8", "--max-num-seqs", "8", "--gpu-memory-utilization", "0.5"}, full,
 			"--max-model-len: one sequence of 1048576 tokens needs", true},
-		{"state slots do not fit", []string{"m", "--device-memory", "atlas-800-a2", "-tp", "16", "-ep", "--quantization", "w8a8", "--max-num-seqs", "256", "--max-model-len", "4096"}, full,
-			"--max-num-seqs: 256 state slots", true},
+		{"state slots do not fit", []string{"m", "--device-memory", "atlas-800-a2", "-tp", "16", "-ep", "--quantization", "w8a8", "--max-num-seqs", "4096", "--max-num-batched-tokens", "8192", "--max-model-len", "4096"}, full,
+			"--max-num-seqs: 4096 state slots", true},
 		{"settings restate the model wrongly", []string{"m", "--config", "testdata/settings/blog-settings.json", "--quantization", "w8a8_dynamic"}, tiny,
 			"moe.dense_layers = 3, but config.json has mlp_layer_types (dense layers) = 2", false},
 		{"settings EP size", []string{"m", "--config", "testdata/settings/blog-config.toml", "-tp", "16", "--max-model-len", "4096"}, full,
@@ -407,7 +417,7 @@ func TestPlanAutoMaxModelLen(t *testing.T) {
 	}
 	want(t, "max_model_len", p.Scheduler.MaxModelLen, 4096)
 	full := loadModel(t, fullDir)
-	p, err = BuildPlan(mustServe(t, "m", "--max-model-len", "auto", "--device-memory", "atlas-800-a3", "-tp", "16", "-ep", "--quantization", "w8a8", "--max-num-seqs", "16", "--gpu-memory-utilization", "0.6"), full, nil)
+	p, err = BuildPlan(mustServe(t, "m", "--max-model-len", "auto", "--device-memory", "atlas-800-a3", "-tp", "16", "-ep", "--quantization", "w8a8", "--max-num-seqs", "16", "--gpu-memory-utilization", "0.5"), full, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,4 +131,7 @@ type Stats struct {
 	UsedBlocks, UsedStateSlots int
 	// Steps counts the engine steps run.
 	Steps int64
+	// DummySteps counts the forwards without tokens this rank ran to stay
+	// in lockstep with other DP ranks (Options.Lockstep).
+	DummySteps int64
 }

@@ -74,6 +74,10 @@ type Options struct {
 	// Logf, when set, receives failures the engine recovers from (a step
 	// that panicked, with its stack).
 	Logf func(format string, args ...any)
+	// Lockstep, when set, steps this DP rank in lockstep with the others
+	// (expert parallelism; see Lockstep). The model must then be a
+	// CollectiveModel.
+	Lockstep Lockstep
 }
 
 // StepStats describe one engine step.
@@ -131,6 +135,7 @@ type Engine struct {
 // counters are the loop's running totals, published into stats.
 type counters struct {
 	prompt, generation, steps int64
+	dummy                     int64 // lockstep dummy steps
 	finished                  map[string]int64
 }
 
@@ -210,6 +215,11 @@ func New(model Model, opt Options) (*Engine, error) {
 		}
 	}
 
+	if opt.Lockstep != nil {
+		if _, ok := model.(CollectiveModel); !ok {
+			return nil, errors.New("engine: lockstep needs a model with DummyStep (a CollectiveModel)")
+		}
+	}
 	kv, err := kvcache.New(kvcache.Config{BlockSize: opt.BlockSize, NumBlocks: opt.NumBlocks, NumStateSlots: opt.MaxNumSeqs, KPool: kp})
 	if err != nil {
 		return nil, err
@@ -408,6 +418,12 @@ func (e *Engine) loop(started chan<- error) {
 				e.finish(r.Data.(*reqState), "abort", nil, time.Now())
 			}
 		}
+		if e.opt.Lockstep != nil {
+			if e.lockstepIteration(closing) {
+				return
+			}
+			continue
+		}
 		if closing {
 			e.failAll("abort", ErrClosed)
 			e.publish()
@@ -450,6 +466,15 @@ func (e *Engine) safeStep() (fatal error) {
 			return
 		}
 		err := fmt.Errorf("engine: step failed: %v", p)
+		if perr, ok := p.(error); ok {
+			err = fmt.Errorf("engine: step failed: %w", perr)
+		}
+		if collective(e.model) {
+			// Other ranks' collective sequences may now differ from
+			// this rank's: stop rather than go on.
+			fatal = err
+			return
+		}
 		if e.opt.Logf != nil {
 			e.opt.Logf("%v; failing the step's %d requests\n%s", err, len(e.cur), debug.Stack())
 		}
@@ -514,8 +539,9 @@ func (e *Engine) failAll(reason string, err error) {
 	}
 }
 
-// step schedules, runs and samples one batch.
-func (e *Engine) step() {
+// step schedules, runs and samples one batch. It reports whether it ran
+// a forward (a step that only preempts does not).
+func (e *Engine) step() bool {
 	start := time.Now()
 	st := e.sched.Schedule()
 	ss := StepStats{Start: start, NumSeqs: len(st.Seqs), NumTokens: st.NumTokens, NumDecodes: st.NumDecodes, NumPreempted: len(st.Preempted)}
@@ -538,7 +564,7 @@ func (e *Engine) step() {
 			}
 			panic("scheduler made no progress")
 		}
-		return
+		return false
 	}
 
 	// Batch: sequences back to back, logits for those that sample.
@@ -615,6 +641,7 @@ func (e *Engine) step() {
 	if e.opt.OnStep != nil {
 		e.opt.OnStep(ss)
 	}
+	return true
 }
 
 // forward runs the batch and downloads the sampled rows (the step's one
@@ -666,7 +693,7 @@ func (e *Engine) publish() {
 	s := Stats{
 		Running: e.sched.NumRunning(), Waiting: e.sched.NumWaiting(), KVUsage: e.sched.KVUsage(),
 		PromptTokens: e.counters.prompt, GenerationTokens: e.counters.generation,
-		Preemptions: e.sched.Preemptions(), Steps: e.counters.steps,
+		Preemptions: e.sched.Preemptions(), Steps: e.counters.steps, DummySteps: e.counters.dummy,
 		FinishedByReason: make(map[string]int64, len(e.counters.finished)),
 		NumBlocks:        e.opt.NumBlocks, BlockSize: e.opt.BlockSize, NumStateSlots: e.opt.MaxNumSeqs,
 		MaxModelLen: e.opt.MaxModelLen, UsedBlocks: e.kv.UsedBlocks(), UsedStateSlots: e.kv.UsedStateSlots(),

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -765,11 +766,21 @@ const benchConfig = `{
 // the scheduler's part of it). overhead-% and engine-% are shares of the
 // whole step.
 func BenchmarkEngineDecode(b *testing.B) {
-	cfg, err := config.ParseModel([]byte(benchConfig))
+	// NPUSERVE_BENCH_CONFIG=configs/small/config.json measures the "small"
+	// config with bf16 weights (docs/performance.md).
+	src, dtype := []byte(benchConfig), "float32"
+	if path := os.Getenv("NPUSERVE_BENCH_CONFIG"); path != "" {
+		var err error
+		if src, err = os.ReadFile(path); err != nil {
+			b.Fatal(err)
+		}
+		dtype = "bfloat16"
+	}
+	cfg, err := config.ParseModel(src)
 	if err != nil {
 		b.Fatal(err)
 	}
-	m := glm5next.NewRandom(cpu.New(0), cfg, "float32", 1)
+	m := glm5next.NewRandom(cpu.New(0), cfg, dtype, 1)
 	defer m.Close()
 	for _, batch := range []int{8, 64} {
 		b.Run(fmt.Sprint("batch=", batch), func(b *testing.B) {

@@ -51,7 +51,22 @@ import (
 // and gets the weighted outputs back with AllToAllV; the shared experts
 // stay local (TP-sharded). Every EP rank runs the same four EP collectives
 // in every MoE layer of every forward, rows or not (DummyStep), so ranks
-// can never reach different collectives.
+// can never reach different collectives: a counts AllToAll (pairs per
+// owner-local expert), then AllToAllV of the rows, of their routing
+// weights and of the weighted expert outputs back. Host synchronisation:
+// under EP each MoE layer downloads its routing (expert ids and weights)
+// and the received counts, since they size the AllToAllV buffers; that is
+// the one host round trip per MoE layer beside the step's sampled logits.
+// Each row's expert outputs are summed in ascending expert order, as the
+// single-rank MoE op does, so EP without TP reproduces the single-rank
+// logits exactly on the CPU backend.
+//
+// Collectives inside a forward never depend on the batch beyond what the
+// whole TP group shares (every TP rank runs the same batch): TP
+// all-reduces of empty tensors are skipped by the whole group together,
+// and the EP collectives run whatever the rows. Reductions are the
+// communicator's, which gives every rank bit-identical results (the TCP
+// transport reduces in rank order), so TP ranks stay identical.
 type Parallel struct {
 	// TPSize ranks split the heads and intermediate channels; TPRank is
 	// this rank's index and TP the TP group's communicator (nil when
@@ -108,7 +123,7 @@ func ExpertRange(e, ep, r int) (first, n int) {
 
 // resolve checks p against the model and computes this rank's sizes; nil
 // for a single rank.
-func (p *Parallel) resolve(c *config.ModelConfig, full dims) (*parallel, error) {
+func (p *Parallel) resolve(full dims) (*parallel, error) {
 	if p == nil || (p.TPSize <= 1 && p.EPSize <= 1) {
 		return nil, nil
 	}
@@ -134,12 +149,6 @@ func (p *Parallel) resolve(c *config.ModelConfig, full dims) (*parallel, error) 
 		}
 		return nil
 	}
-	if err := check("TP", q.TP, q.TPSize, q.TPRank); err != nil {
-		return nil, err
-	}
-	if err := check("EP", q.EP, q.EPSize, q.EPRank); err != nil {
-		return nil, err
-	}
 	tp := q.TPSize
 	divides := []struct {
 		what string
@@ -163,6 +172,12 @@ func (p *Parallel) resolve(c *config.ModelConfig, full dims) (*parallel, error) 
 	}
 	if q.ep() && q.EPSize > full.E {
 		return nil, fmt.Errorf("glm5next: %d expert-parallel ranks exceed the %d routed experts", q.EPSize, full.E)
+	}
+	if err := check("TP", q.TP, q.TPSize, q.TPRank); err != nil {
+		return nil, err
+	}
+	if err := check("EP", q.EP, q.EPSize, q.EPRank); err != nil {
+		return nil, err
 	}
 	q.vocab = tp > 1 && full.V%tp == 0
 	q.vLo, q.vHi = 0, full.V
@@ -202,7 +217,7 @@ func (p *parallel) localDims() dims {
 
 // setParallel places m (built by newModel) according to par.
 func (m *Model) setParallel(par *Parallel) error {
-	p, err := par.resolve(m.cfg, m.d)
+	p, err := par.resolve(m.d)
 	if err != nil || p == nil {
 		return err
 	}

@@ -288,7 +288,8 @@ func TestParallelConfigErrors(t *testing.T) {
 		{"TP3 heads", glm5next.Parallel{TPSize: 3, TPRank: 0, TP: tp3[0]}, "does not divide num_attention_heads"},
 		{"no comm", glm5next.Parallel{TPSize: 2, TPRank: 1}, "without a communicator"},
 		{"rank mismatch", glm5next.Parallel{TPSize: 1, EPSize: 2, EPRank: 1, EP: ep2[0]}, "its communicator is rank 0 of 2"},
-		{"too many experts", glm5next.Parallel{TPSize: 1, EPSize: cfg.NRoutedExperts + 1, EPRank: 0, EP: ep2[0]}, "its communicator"},
+		{"too many experts", glm5next.Parallel{TPSize: 1, EPSize: cfg.NRoutedExperts + 1, EPRank: 0, EP: ep2[0]}, "exceed the 8 routed experts"},
+		{"rank outside", glm5next.Parallel{TPSize: 2, TPRank: 2, TP: tp3[0]}, "TP rank 2 outside [0, 2)"},
 	}
 	for _, tc := range cases {
 		_, err := glm5next.NewRandomParallel(cpu.New(1), cfg, "float32", 1, &tc.p)
