@@ -160,6 +160,11 @@ func runServe(c *cli.Context) error {
 	st := eng.Stats()
 	logCapacity(st, cacheBytes, model)
 
+	if args.Given("seed") {
+		// Requests without a seed draw theirs from a generator seeded here,
+		// as vLLM's --seed seeds its global generator.
+		sampling.SetGlobalSeed(uint64(args.Seed))
+	}
 	genDefaults := sampling.GenerationDefaults{}
 	if gen != nil {
 		genDefaults = sampling.GenerationDefaults{Temperature: gen.Temperature, TopP: gen.TopP, TopK: gen.TopK, MinP: gen.MinP,

@@ -657,9 +657,10 @@ func TestServeStartupErrors(t *testing.T) {
 	}{
 		{[]string{"--port", "notaport"}, "--port"},
 		{[]string{"--max-model-len", "99999"}, "--max-model-len"},
-		{[]string{"--data-parallel-size", "2"}, "--data-parallel-size 2: data-parallel serving is not implemented"},
-		{[]string{"--tensor-parallel-size", "2"}, "--tensor-parallel-size 2"},
-		{[]string{"--headless", "--data-parallel-address", "10.0.0.1"}, "--headless"},
+		// Multi-rank layouts run through engine/dp (its tests serve them).
+		{[]string{"--data-parallel-size", "2", "--data-parallel-start-rank", "1"}, "--data-parallel-start-rank 1 without --headless"},
+		{[]string{"--headless", "--data-parallel-size", "2", "--data-parallel-start-rank", "1"}, "--data-parallel-address"},
+		{[]string{"--data-parallel-size", "2", "--data-parallel-size-local", "1"}, "--data-parallel-address: DP ranks 1..1 run on other nodes"},
 		{[]string{"--chat-template", "/no/such/template.jinja"}, "--chat-template"},
 		{[]string{"--tool-call-parser", "nope"}, "tool-call-parser"},
 	}

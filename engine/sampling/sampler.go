@@ -191,7 +191,8 @@ func NewSampler(p Params, prompt []int32) (*Sampler, error) {
 	if p.Seed != nil {
 		s.rng = rand.New(rand.NewPCG(*p.Seed, pcgStream))
 	} else {
-		s.rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+		a, b := unseeded()
+		s.rng = rand.New(rand.NewPCG(a, b))
 	}
 	return s, nil
 }

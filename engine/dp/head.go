@@ -1,0 +1,722 @@
+package dp
+
+import (
+	"bytes"
+	"context"
+	"encoding/gob"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/npuserve/npuserve/engine/core"
+	"github.com/npuserve/npuserve/engine/server"
+	"github.com/npuserve/npuserve/hccl"
+)
+
+// HeadConfig configures the head node.
+type HeadConfig struct {
+	// Spec starts the head's local ranks (DP ranks [0, Local)).
+	Spec RankSpec
+	// Settings are the head's; every rank must match them.
+	Settings Settings
+	// Local is --data-parallel-size-local of the head (≥ 1).
+	Local int
+	// Address is --data-parallel-address: the head's address that the
+	// other nodes reach (default 127.0.0.1, enough when every rank is
+	// local).
+	Address string
+	// RPCPort is --data-parallel-rpc-port; the control plane listens on
+	// it on every interface.
+	RPCPort int
+	// HeartbeatInterval, DeadAfter and StartTimeout: 0 means the defaults.
+	HeartbeatInterval, DeadAfter, StartTimeout time.Duration
+	// Logf logs progress and failures (nil: silent).
+	Logf func(format string, args ...any)
+}
+
+// Head is the head node's DP coordinator. It implements the engine
+// interface of engine/server (Add, Abort, Stats, Err) over every DP rank.
+type Head struct {
+	cfg    HeadConfig
+	ln     net.Listener
+	http   *http.Server
+	client *http.Client
+	local  []*dpRank
+
+	mu      sync.Mutex
+	ranks   []*rankState
+	next    int
+	flights map[string]*flight
+	dead    error
+	closing bool
+
+	deadCh    chan struct{}
+	readyCh   chan struct{}
+	closeOnce sync.Once
+}
+
+// rankState is the head's view of one DP rank.
+type rankState struct {
+	dp         int
+	node, host string
+	joined     bool
+	ready      bool
+	lastBeat   time.Time
+	stats      core.Stats
+	pending    int // requests sent since the last heartbeat
+	endpoint   string
+	local      *dpRank
+	numBlocks  int
+	routed     int64 // requests sent to this rank
+}
+
+// flight is a request in flight.
+type flight struct {
+	rank   int
+	cancel context.CancelFunc // remote ranks
+}
+
+// StartHead starts the control plane on the RPC port and the head's local
+// ranks, waits until every DP rank has joined and is ready, and returns
+// the head. It fails when a local rank fails to start, or when the ranks
+// are not all ready after StartTimeout (logging who is missing every 10 s
+// meanwhile).
+func StartHead(ctx context.Context, cfg HeadConfig) (*Head, error) {
+	topo := cfg.Spec.Topology
+	if cfg.Local < 1 || cfg.Local > topo.DP {
+		return nil, fmt.Errorf("dp: the head needs 1..%d local DP ranks (--data-parallel-size-local), got %d", topo.DP, cfg.Local)
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.DeadAfter <= 0 {
+		cfg.DeadAfter = DefaultDeadAfter
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = DefaultStartTimeout
+	}
+	if cfg.Address == "" {
+		cfg.Address = "127.0.0.1"
+	}
+	if cfg.Spec.ListenHost == "" {
+		cfg.Spec.ListenHost = cfg.Address
+	}
+	if cfg.Spec.Comm.InitTimeout <= 0 {
+		cfg.Spec.Comm.InitTimeout = cfg.StartTimeout
+	}
+	remote := cfg.Local < topo.DP
+	var ln net.Listener
+	if remote {
+		l, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(cfg.RPCPort)))
+		if err != nil {
+			return nil, fmt.Errorf("dp: --data-parallel-rpc-port %d: %w", cfg.RPCPort, err)
+		}
+		ln = l
+	}
+	ri, err := hccl.NewRootInfo(net.JoinHostPort(cfg.Address, "0"))
+	if err != nil {
+		if ln != nil {
+			ln.Close()
+		}
+		return nil, fmt.Errorf("dp: world root info on --data-parallel-address %s: %w", cfg.Address, err)
+	}
+	h := &Head{cfg: cfg, ln: ln, flights: map[string]*flight{}, deadCh: make(chan struct{}), readyCh: make(chan struct{}, 1),
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, DialContext: (&net.Dialer{Timeout: 3 * time.Second}).DialContext}}}
+	for d := 0; d < topo.DP; d++ {
+		h.ranks = append(h.ranks, &rankState{dp: d})
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+PathJoin, func(w http.ResponseWriter, r *http.Request) { h.handleJoin(w, r, ri) })
+	mux.HandleFunc("POST "+PathReady, h.handleReady)
+	mux.HandleFunc("POST "+PathHeartbeat, h.handleHeartbeat)
+	mux.HandleFunc("GET "+PathStatus, func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.Status()) })
+	h.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if remote {
+		go h.http.Serve(ln)
+		h.logf("DP coordinator listening on port %d (--data-parallel-rpc-port); world root on %s; waiting for DP ranks %d..%d",
+			cfg.RPCPort, cfg.Address, cfg.Local, topo.DP-1)
+	}
+
+	type started struct {
+		ranks []*dpRank
+		err   error
+	}
+	startCh := make(chan started, 1)
+	go func() {
+		rs, err := startRanks(cfg.Spec, ri, 0, cfg.Local)
+		startCh <- started{rs, err}
+	}()
+	fail := func(err error) (*Head, error) {
+		ri.Release()
+		h.markDead(-1, err)
+		h.http.Close()
+		return nil, err
+	}
+	deadline := time.NewTimer(cfg.StartTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	localUp := false
+	for !localUp || !h.allReady() {
+		select {
+		case s := <-startCh:
+			if s.err != nil {
+				return fail(fmt.Errorf("dp: starting the head's ranks: %w", s.err))
+			}
+			localUp = true
+			h.mu.Lock()
+			h.local = s.ranks
+			for _, d := range s.ranks {
+				st := h.ranks[d.dp]
+				st.node, st.host, st.joined, st.ready, st.local = cfg.Address+", the head", cfg.Address, true, true, d
+				st.numBlocks = d.engine().Stats().NumBlocks
+			}
+			h.mu.Unlock()
+		case <-h.readyCh:
+		case <-tick.C:
+			h.logf("Waiting for DP ranks to join/report ready: %s", h.missing())
+		case <-deadline.C:
+			return fail(fmt.Errorf("dp: not every DP rank was ready after %s: %s", cfg.StartTimeout, h.missing()))
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		}
+	}
+	h.logf("All %d DP ranks ready (%d cache blocks in all)", topo.DP, h.Stats().NumBlocks)
+	for _, d := range h.local {
+		go h.watchLocal(d)
+	}
+	go h.monitor()
+	return h, nil
+}
+
+func (h *Head) logf(format string, args ...any) {
+	if h.cfg.Logf != nil {
+		h.cfg.Logf(format, args...)
+	}
+}
+
+// allReady reports whether every DP rank is ready; it signals readyCh's
+// waiters through the start loop.
+func (h *Head) allReady() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.ranks {
+		if !r.ready {
+			return false
+		}
+	}
+	return true
+}
+
+// missing describes the ranks not ready yet.
+func (h *Head) missing() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var b bytes.Buffer
+	for _, r := range h.ranks {
+		switch {
+		case r.ready:
+			continue
+		case r.joined:
+			fmt.Fprintf(&b, "DP rank %d (node %s) loading; ", r.dp, r.node)
+		case r.dp < h.cfg.Local:
+			fmt.Fprintf(&b, "local DP rank %d starting; ", r.dp)
+		default:
+			fmt.Fprintf(&b, "DP rank %d not joined; ", r.dp)
+		}
+	}
+	if b.Len() == 0 {
+		return "none"
+	}
+	return b.String()[:b.Len()-2]
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func (h *Head) refuse(w http.ResponseWriter, status int, msg string) {
+	h.logf("Refused: %s", msg)
+	writeJSON(w, status, ErrorResponse{Error: msg})
+}
+
+func (h *Head) handleJoin(w http.ResponseWriter, r *http.Request, ri hccl.RootInfo) {
+	var req JoinRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+		h.refuse(w, http.StatusBadRequest, "bad join request: "+err.Error())
+		return
+	}
+	topo := h.cfg.Spec.Topology
+	if req.DPRank < h.cfg.Local || req.DPRank >= topo.DP {
+		h.refuse(w, http.StatusConflict, fmt.Sprintf("headless rank %d (node %s): DP rank outside the headless ranks %d..%d of --data-parallel-size %d (check --data-parallel-start-rank and --data-parallel-size-local)",
+			req.DPRank, req.Node, h.cfg.Local, topo.DP-1, topo.DP))
+		return
+	}
+	if d := req.Settings.Diff(h.cfg.Settings, req.DPRank, req.Node); d != "" {
+		h.refuse(w, http.StatusConflict, d)
+		return
+	}
+	h.mu.Lock()
+	st := h.ranks[req.DPRank]
+	if h.dead != nil {
+		h.mu.Unlock()
+		h.refuse(w, http.StatusServiceUnavailable, "the data-parallel group failed: "+h.dead.Error())
+		return
+	}
+	if st.joined {
+		h.mu.Unlock()
+		h.refuse(w, http.StatusConflict, fmt.Sprintf("headless rank %d (node %s): DP rank %d already joined from node %s", req.DPRank, req.Node, req.DPRank, st.node))
+		return
+	}
+	st.joined, st.node, st.host, st.lastBeat = true, req.Node, req.Host, time.Now()
+	h.mu.Unlock()
+	h.logf("DP rank %d joined from node %s (%s)", req.DPRank, req.Node, req.Host)
+	writeJSON(w, http.StatusOK, JoinResponse{WorldRootInfo: ri.String(), DP: topo.DP, TP: topo.TP, EP: topo.EP,
+		HeartbeatMS: int(h.cfg.HeartbeatInterval / time.Millisecond)})
+}
+
+func (h *Head) handleReady(w http.ResponseWriter, r *http.Request) {
+	var req ReadyRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+		h.refuse(w, http.StatusBadRequest, "bad ready request: "+err.Error())
+		return
+	}
+	if req.DPRank < 0 || req.DPRank >= len(h.ranks) {
+		h.refuse(w, http.StatusBadRequest, fmt.Sprintf("ready from unknown DP rank %d", req.DPRank))
+		return
+	}
+	h.mu.Lock()
+	st := h.ranks[req.DPRank]
+	switch {
+	case !st.joined:
+		h.mu.Unlock()
+		h.refuse(w, http.StatusConflict, fmt.Sprintf("DP rank %d reported ready without joining", req.DPRank))
+		return
+	case req.SettingsHash != h.cfg.Settings.Hash():
+		h.mu.Unlock()
+		h.refuse(w, http.StatusConflict, fmt.Sprintf("headless rank %d (node %s): settings hash %s differs from the head's %s",
+			req.DPRank, st.node, req.SettingsHash, h.cfg.Settings.Hash()))
+		return
+	}
+	st.ready, st.endpoint, st.numBlocks, st.lastBeat = true, req.Endpoint, req.NumBlocks, time.Now()
+	st.stats.NumBlocks = req.NumBlocks
+	h.mu.Unlock()
+	h.logf("DP rank %d (node %s) ready: %d cache blocks", req.DPRank, st.node, req.NumBlocks)
+	writeJSON(w, http.StatusOK, HeartbeatResponse{State: "ok"})
+	select {
+	case h.readyCh <- struct{}{}:
+	default:
+	}
+}
+
+func (h *Head) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
+	var req HeartbeatRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+		h.refuse(w, http.StatusBadRequest, "bad heartbeat: "+err.Error())
+		return
+	}
+	now := time.Now()
+	h.mu.Lock()
+	for _, l := range req.Ranks {
+		if l.DPRank >= h.cfg.Local && l.DPRank < len(h.ranks) && h.ranks[l.DPRank].joined {
+			st := h.ranks[l.DPRank]
+			st.lastBeat = now
+			st.stats.Waiting, st.stats.Running, st.pending = l.Waiting, l.Running, 0
+		}
+	}
+	resp := HeartbeatResponse{State: "ok"}
+	switch {
+	case h.dead != nil:
+		resp = HeartbeatResponse{State: "failed", Reason: h.dead.Error()}
+	case h.closing:
+		resp = HeartbeatResponse{State: "shutdown", Reason: "the head node is shutting down"}
+	}
+	h.mu.Unlock()
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// monitor declares remote ranks dead when their heartbeats stop.
+func (h *Head) monitor() {
+	t := time.NewTicker(h.cfg.HeartbeatInterval / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.deadCh:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		h.mu.Lock()
+		var late *rankState
+		for _, st := range h.ranks {
+			if st.local == nil && now.Sub(st.lastBeat) > h.cfg.DeadAfter {
+				late = st
+				break
+			}
+		}
+		h.mu.Unlock()
+		if late != nil {
+			h.markDead(late.dp, fmt.Errorf("no heartbeat for %s", now.Sub(late.lastBeat).Round(100*time.Millisecond)))
+		}
+	}
+}
+
+// watchLocal declares the group dead when a local rank's engine fails.
+func (h *Head) watchLocal(d *dpRank) {
+	select {
+	case <-d.ranks[0].Done():
+	case <-h.deadCh:
+		return
+	}
+	h.mu.Lock()
+	closing := h.closing
+	h.mu.Unlock()
+	if err := d.engine().Err(); err != nil && !closing {
+		h.markDead(blame(d.dp, h.cfg.Spec.Topology.TP, err), err)
+	}
+}
+
+// blame is the DP rank a local rank's failure points at: the peer a
+// collective lost (a dead or frozen remote rank makes the local ranks'
+// collectives fail first), else the local rank itself.
+func blame(local, tp int, err error) int {
+	var oe *hccl.OpError
+	if !errors.As(err, &oe) || oe.Peer() < 0 ||
+		!(errors.Is(oe, hccl.ErrPeerLost) || errors.Is(oe, hccl.ErrTimeout) || errors.Is(oe, hccl.ErrPeerAborted)) {
+		return local
+	}
+	switch oe.Comm {
+	case "ep", "world":
+		return oe.Peer() / tp
+	case "dp":
+		return oe.Peer()
+	}
+	return local
+}
+
+// markDead fails the group once: rank dp (-1: none in particular) is
+// gone because of cause. It aborts the local communicators, so that
+// collectives blocked on the lost rank return at once, and ends every
+// request in flight with 503.
+func (h *Head) markDead(dp int, cause error) {
+	h.mu.Lock()
+	if h.dead != nil {
+		h.mu.Unlock()
+		return
+	}
+	if dp >= 0 {
+		st := h.ranks[dp]
+		node := st.node
+		if node == "" {
+			node = "?"
+		}
+		h.dead = fmt.Errorf("DP rank %d (node %s) is gone: %v; the data-parallel group cannot serve until every node is restarted", dp, node, cause)
+	} else {
+		h.dead = cause
+	}
+	dead := h.dead
+	local := h.local
+	for _, f := range h.flights {
+		if f.cancel != nil {
+			f.cancel()
+		}
+	}
+	h.mu.Unlock()
+	close(h.deadCh)
+	h.logf("%v", dead)
+	for _, d := range local {
+		d.abort(dead)
+	}
+}
+
+// Err reports why the group failed (nil while it serves).
+func (h *Head) Err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.dead
+}
+
+// Done is closed when the group failed.
+func (h *Head) Done() <-chan struct{} { return h.deadCh }
+
+// unavailable is the 503 the server sends when the group failed.
+func unavailable(err error) *server.APIError {
+	return &server.APIError{Status: http.StatusServiceUnavailable, Type: "ServiceUnavailableError", Message: err.Error()}
+}
+
+// pick chooses the DP rank for a new request: the least loaded by
+// waiting×4+running, scanning from a rotating start so that ties spread.
+func (h *Head) pick() *rankState {
+	var best *rankState
+	bestScore := 0
+	n := len(h.ranks)
+	for i := 0; i < n; i++ {
+		st := h.ranks[(h.next+i)%n]
+		var score int
+		if st.local != nil {
+			s := st.local.engine().Stats()
+			score = s.Waiting*4 + s.Running
+		} else {
+			score = (st.stats.Waiting+st.pending)*4 + st.stats.Running
+		}
+		if best == nil || score < bestScore {
+			best, bestScore = st, score
+		}
+	}
+	h.next = (h.next + 1) % n
+	return best
+}
+
+// Add implements server.Engine: it sends r to the least loaded DP rank.
+func (h *Head) Add(r *core.Request) (<-chan core.Output, error) {
+	h.mu.Lock()
+	if h.dead != nil {
+		err := h.dead
+		h.mu.Unlock()
+		return nil, unavailable(err)
+	}
+	if h.closing {
+		h.mu.Unlock()
+		return nil, core.ErrClosed
+	}
+	if _, dup := h.flights[r.ID]; dup {
+		h.mu.Unlock()
+		return nil, fmt.Errorf("dp: request id %q is already in flight", r.ID)
+	}
+	st := h.pick()
+	st.routed++
+	f := &flight{rank: st.dp}
+	var in <-chan core.Output
+	if st.local != nil {
+		ch, err := st.local.engine().Add(r)
+		if err != nil {
+			h.mu.Unlock()
+			return nil, err
+		}
+		in = ch
+	} else {
+		st.pending++
+		ctx, cancel := context.WithCancel(context.Background())
+		f.cancel = cancel
+		in = h.remote(ctx, st.dp, st.endpoint, r)
+	}
+	h.flights[r.ID] = f
+	h.mu.Unlock()
+	out := make(chan core.Output, 16)
+	go h.forward(r.ID, st.local, in, out)
+	return out, nil
+}
+
+// forward copies a rank's outputs to the server; once the group failed it
+// ends the request with 503 naming the lost rank.
+func (h *Head) forward(id string, local *dpRank, in <-chan core.Output, out chan<- core.Output) {
+	defer func() {
+		h.mu.Lock()
+		delete(h.flights, id)
+		h.mu.Unlock()
+		close(out)
+	}()
+	for {
+		select {
+		case o, ok := <-in:
+			if !ok {
+				return
+			}
+			if o.Finished {
+				if local != nil && o.FinishReason == "error" {
+					// The local engine failed (its watcher may not have
+					// run yet): fail the group, blaming the rank its
+					// collectives lost.
+					if err := local.engine().Err(); err != nil {
+						h.markDead(blame(local.dp, h.cfg.Spec.Topology.TP, err), err)
+					}
+				}
+				if err := h.Err(); err != nil && (o.FinishReason == "error" || o.FinishReason == "abort") {
+					o.FinishReason, o.Err = "abort", unavailable(err)
+				}
+				out <- o
+				return
+			}
+			out <- o
+		case <-h.deadCh:
+			go func() {
+				for range in {
+				}
+			}()
+			out <- core.Output{RequestID: id, Finished: true, FinishReason: "abort", Err: unavailable(h.Err()), Time: time.Now()}
+			return
+		}
+	}
+}
+
+// remote streams r through a headless rank's request server.
+func (h *Head) remote(ctx context.Context, dp int, endpoint string, r *core.Request) <-chan core.Output {
+	ch := make(chan core.Output, 16)
+	go func() {
+		defer close(ch)
+		final := func(err error) {
+			if ctx.Err() != nil {
+				ch <- core.Output{RequestID: r.ID, Finished: true, FinishReason: "abort", Time: time.Now()}
+				return
+			}
+			h.markDead(dp, err)
+			ch <- core.Output{RequestID: r.ID, Finished: true, FinishReason: "abort", Err: unavailable(h.Err()), Time: time.Now()}
+		}
+		var body bytes.Buffer
+		if err := json.NewEncoder(&body).Encode(r); err != nil {
+			ch <- core.Output{RequestID: r.ID, Finished: true, FinishReason: "error", Err: err, Time: time.Now()}
+			return
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint+PathGenerate+"?dp_rank="+strconv.Itoa(dp), &body)
+		if err != nil {
+			final(err)
+			return
+		}
+		resp, err := h.client.Do(req)
+		if err != nil {
+			final(fmt.Errorf("sending a request: %w", err))
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			ch <- core.Output{RequestID: r.ID, Finished: true, FinishReason: "error", Err: errors.New(string(bytes.TrimSpace(msg))), Time: time.Now()}
+			return
+		}
+		dec := gob.NewDecoder(resp.Body)
+		for {
+			var w wireOutput
+			if err := dec.Decode(&w); err != nil {
+				final(fmt.Errorf("its request stream broke: %w", err))
+				return
+			}
+			ch <- w.output()
+			if w.Finished {
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+// Status is the group's state as GET /v1/dp/status reports it.
+func (h *Head) Status() GroupStatus {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var g GroupStatus
+	if h.dead != nil {
+		g.Failed = h.dead.Error()
+	}
+	for _, st := range h.ranks {
+		rs := RankStatus{DPRank: st.dp, Node: st.node, Host: st.host, Local: st.local != nil, Ready: st.ready,
+			NumBlocks: st.numBlocks, Waiting: st.stats.Waiting, Running: st.stats.Running, Routed: st.routed}
+		if st.local != nil {
+			s := st.local.engine().Stats()
+			rs.Waiting, rs.Running = s.Waiting, s.Running
+		}
+		g.Ranks = append(g.Ranks, rs)
+	}
+	return g
+}
+
+// Routed counts the requests sent to each DP rank so far.
+func (h *Head) Routed() []int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]int64, len(h.ranks))
+	for i, st := range h.ranks {
+		out[i] = st.routed
+	}
+	return out
+}
+
+// Abort implements server.Engine.
+func (h *Head) Abort(id string) bool {
+	h.mu.Lock()
+	f, ok := h.flights[id]
+	var st *rankState
+	if ok {
+		st = h.ranks[f.rank]
+	}
+	h.mu.Unlock()
+	if !ok {
+		return false
+	}
+	if f.cancel != nil {
+		f.cancel()
+		return true
+	}
+	return st.local.engine().Abort(id)
+}
+
+// Stats implements server.Engine: the sum over the DP ranks (remote
+// ranks as of their last heartbeat; counters of the local ranks).
+func (h *Head) Stats() core.Stats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var s core.Stats
+	s.FinishedByReason = map[string]int64{}
+	for _, st := range h.ranks {
+		var x core.Stats
+		if st.local != nil {
+			x = st.local.engine().Stats()
+			s.BlockSize, s.MaxModelLen = x.BlockSize, x.MaxModelLen
+			s.PromptTokens += x.PromptTokens
+			s.GenerationTokens += x.GenerationTokens
+			s.Preemptions += x.Preemptions
+			s.Steps += x.Steps
+			s.DummySteps += x.DummySteps
+			s.UsedBlocks += x.UsedBlocks
+			s.UsedStateSlots += x.UsedStateSlots
+			s.NumStateSlots += x.NumStateSlots
+			for k, v := range x.FinishedByReason {
+				s.FinishedByReason[k] += v
+			}
+		} else {
+			x = st.stats
+			x.NumBlocks = st.numBlocks
+		}
+		s.Running += x.Running
+		s.Waiting += x.Waiting
+		s.NumBlocks += x.NumBlocks
+	}
+	if s.NumBlocks > 0 {
+		s.KVUsage = float64(s.UsedBlocks) / float64(s.NumBlocks)
+	}
+	return s
+}
+
+// Close shuts the group down: headless nodes are told at their next
+// heartbeat (and their lockstep peers stop with the head's ranks), the
+// local ranks stop, and the control plane closes.
+func (h *Head) Close() error {
+	h.closeOnce.Do(func() {
+		h.mu.Lock()
+		h.closing = true
+		local := h.local
+		h.mu.Unlock()
+		// Let the headless nodes hear "shutdown" once.
+		if h.ln != nil {
+			time.Sleep(min(h.cfg.HeartbeatInterval+200*time.Millisecond, 2*time.Second))
+		}
+		for _, d := range local {
+			done := make(chan struct{})
+			go func() { d.close(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				d.abort(errors.New("dp: head shutting down"))
+			}
+		}
+		h.http.Close()
+	})
+	return nil
+}
