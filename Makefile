@@ -34,6 +34,10 @@ fmt-check:
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 30m ./npu/cpu/
 	$(BIN) bench decode --config configs/small/config.json --batch 1,32 --steps 16
+	NPUSERVE_BENCH_CONFIG=$(CURDIR)/configs/small/config.json $(GO) test -run '^$$' -bench EngineDecode -benchtime 8x -timeout 30m ./engine/core/
+	$(GO) test -run '^$$' -bench 'DecodeTP|TPCollectives' -benchtime 30x -timeout 30m ./engine/worker/
+	$(GO) test -run '^$$' -bench Loopback -timeout 30m ./hccl/
+	$(GO) test -run '^$$' -bench StreamingOverhead -timeout 30m ./engine/server/
 
 ## fuzz: every fuzz target for $(FUZZTIME) each.
 fuzz:

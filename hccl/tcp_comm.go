@@ -154,6 +154,19 @@ func (c *tcpComm) wind() {
 	if len(msg) > maxMsgBytes {
 		msg = msg[:maxMsgBytes]
 	}
+	c.eachLink(func(l *link) {
+		if !l.wdirty {
+			l.conn.SetWriteDeadline(time.Now().Add(250 * time.Millisecond))
+			l.write(frame{kind: kAbort, redop: code}, msg)
+		}
+		l.conn.CloseWrite()
+		l.conn.SetReadDeadline(time.Time{})
+		go io.Copy(io.Discard, l.conn) // until Close
+	})
+}
+
+// eachLink runs f on every peer's link concurrently and waits for them.
+func (c *tcpComm) eachLink(f func(l *link)) {
 	var wg sync.WaitGroup
 	for _, l := range c.links {
 		if l == nil {
@@ -162,13 +175,7 @@ func (c *tcpComm) wind() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if !l.wdirty {
-				l.conn.SetWriteDeadline(time.Now().Add(250 * time.Millisecond))
-				l.write(frame{kind: kAbort, redop: code}, msg)
-			}
-			l.conn.CloseWrite()
-			l.conn.SetReadDeadline(time.Time{})
-			go io.Copy(io.Discard, l.conn) // until Close
+			f(l)
 		}()
 	}
 	wg.Wait()
@@ -208,22 +215,13 @@ func (c *tcpComm) Close() error {
 	bye := !c.wound
 	c.wound = true
 	c.st.Unlock()
-	var wg sync.WaitGroup
-	for _, l := range c.links {
-		if l == nil {
-			continue
+	c.eachLink(func(l *link) {
+		if bye && !l.wdirty {
+			l.conn.SetWriteDeadline(time.Now().Add(250 * time.Millisecond))
+			l.write(frame{kind: kBye}, nil)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if bye && !l.wdirty {
-				l.conn.SetWriteDeadline(time.Now().Add(250 * time.Millisecond))
-				l.write(frame{kind: kBye}, nil)
-			}
-			l.conn.Close()
-		}()
-	}
-	wg.Wait()
+		l.conn.Close()
+	})
 	return nil
 }
 
@@ -352,6 +350,47 @@ func blockBounds(n, size, k int) (lo, hi int) {
 	return n * k / size, n * (k + 1) / size
 }
 
+// hostInOut is hostBytes of in and out for operation o; a failure fails
+// the operation.
+func (c *tcpComm) hostInOut(o *opCtx, in, out *npu.Tensor) (hi, ho hostBuf, err error) {
+	if hi, err = hostBytes(in); err != nil {
+		return hi, ho, c.fail(c.opErr(o, err))
+	}
+	if ho, err = hostBytes(out); err != nil {
+		return hi, ho, c.fail(c.opErr(o, err))
+	}
+	return hi, ho, nil
+}
+
+// exchange runs a round in which this rank sends send(k) to every other
+// rank k and receives what k sends into recv(k).
+func (c *tcpComm) exchange(o *opCtx, phase uint8, send, recv func(k int) []byte) error {
+	xs := make([]xfer, 0, c.size-1)
+	for k := 0; k < c.size; k++ {
+		if k != c.rank {
+			xs = append(xs, xfer{peer: k, send: send(k), recv: recv(k), doSend: true, doRecv: true})
+		}
+	}
+	return c.round(o, phase, xs)
+}
+
+// gatherPeers runs an exchange in which this rank sends send(k) to every
+// other rank k and receives k's contribution, len(mine) bytes, into
+// scratch. It returns the contributions by rank, mine at this rank's.
+func (c *tcpComm) gatherPeers(o *opCtx, phase uint8, mine []byte, send func(k int) []byte) ([][]byte, error) {
+	srcs := make([][]byte, c.size)
+	scratch := c.scratchFor((c.size - 1) * len(mine))
+	for k, slot := 0, 0; k < c.size; k++ {
+		if k == c.rank {
+			srcs[k] = mine
+			continue
+		}
+		srcs[k] = scratch[slot*len(mine) : (slot+1)*len(mine)]
+		slot++
+	}
+	return srcs, c.exchange(o, phase, send, func(k int) []byte { return srcs[k] })
+}
+
 func (c *tcpComm) AllReduce(t *npu.Tensor, op ReduceOp) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -381,20 +420,9 @@ func (c *tcpComm) AllReduce(t *npu.Tensor, op ReduceOp) error {
 			algo = AlgoDirect
 		}
 	}
-	xs := make([]xfer, 0, c.size-1)
-	srcs := make([][]byte, c.size)
 	if algo == AlgoDirect {
-		scratch := c.scratchFor((c.size - 1) * len(b))
-		for k, slot := 0, 0; k < c.size; k++ {
-			if k == c.rank {
-				srcs[k] = b
-				continue
-			}
-			srcs[k] = scratch[slot*len(b) : (slot+1)*len(b)]
-			slot++
-			xs = append(xs, xfer{peer: k, send: b, recv: srcs[k], doSend: true, doRecv: true})
-		}
-		if err := c.round(o, 0, xs); err != nil {
+		srcs, err := c.gatherPeers(o, 0, b, func(int) []byte { return b })
+		if err != nil {
 			return err
 		}
 		reduceInto(dt, op, b, srcs)
@@ -408,27 +436,12 @@ func (c *tcpComm) AllReduce(t *npu.Tensor, op ReduceOp) error {
 		return b[lo*es : hi*es]
 	}
 	mine := block(c.rank)
-	scratch := c.scratchFor((c.size - 1) * len(mine))
-	for k, slot := 0, 0; k < c.size; k++ {
-		if k == c.rank {
-			srcs[k] = mine
-			continue
-		}
-		srcs[k] = scratch[slot*len(mine) : (slot+1)*len(mine)]
-		slot++
-		xs = append(xs, xfer{peer: k, send: block(k), recv: srcs[k], doSend: true, doRecv: true})
-	}
-	if err := c.round(o, 1, xs); err != nil {
+	srcs, err := c.gatherPeers(o, 1, mine, block)
+	if err != nil {
 		return err
 	}
 	reduceInto(dt, op, mine, srcs)
-	xs = xs[:0]
-	for k := 0; k < c.size; k++ {
-		if k != c.rank {
-			xs = append(xs, xfer{peer: k, send: mine, recv: block(k), doSend: true, doRecv: true})
-		}
-	}
-	if err := c.round(o, 2, xs); err != nil {
+	if err := c.exchange(o, 2, func(int) []byte { return mine }, block); err != nil {
 		return err
 	}
 	h.commit()
@@ -452,32 +465,17 @@ func (c *tcpComm) ReduceScatter(out, in *npu.Tensor, op ReduceOp) error {
 	if !Supported(in.DType(), op) {
 		return c.invalid(o, "%v is not defined on %v", op, in.DType())
 	}
-	hi, err := hostBytes(in)
+	hi, ho, err := c.hostInOut(o, in, out)
 	if err != nil {
-		return c.fail(c.opErr(o, err))
-	}
-	ho, err := hostBytes(out)
-	if err != nil {
-		return c.fail(c.opErr(o, err))
+		return err
 	}
 	nb := len(ho.b)
 	block := func(k int) []byte { return hi.b[k*nb : (k+1)*nb] }
 	if overlap(ho.b, hi.b) && !sameMemory(ho.b, block(c.rank)) {
 		return c.invalid(o, "out overlaps in other than as in's block %d", c.rank)
 	}
-	srcs := make([][]byte, c.size)
-	xs := make([]xfer, 0, c.size-1)
-	scratch := c.scratchFor((c.size - 1) * nb)
-	for k, slot := 0, 0; k < c.size; k++ {
-		if k == c.rank {
-			srcs[k] = block(k)
-			continue
-		}
-		srcs[k] = scratch[slot*nb : (slot+1)*nb]
-		slot++
-		xs = append(xs, xfer{peer: k, send: block(k), recv: srcs[k], doSend: true, doRecv: true})
-	}
-	if err := c.round(o, 0, xs); err != nil {
+	srcs, err := c.gatherPeers(o, 0, block(c.rank), block)
+	if err != nil {
 		return err
 	}
 	reduceInto(in.DType(), op, ho.b, srcs)
@@ -498,13 +496,9 @@ func (c *tcpComm) AllGather(out, in *npu.Tensor) error {
 	if out.DType() != in.DType() || out.Numel() != c.size*in.Numel() {
 		return c.invalid(o, "out must hold Size()=%d blocks of in's elements, in in's dtype", c.size)
 	}
-	hi, err := hostBytes(in)
+	hi, ho, err := c.hostInOut(o, in, out)
 	if err != nil {
-		return c.fail(c.opErr(o, err))
-	}
-	ho, err := hostBytes(out)
-	if err != nil {
-		return c.fail(c.opErr(o, err))
+		return err
 	}
 	nb := len(hi.b)
 	block := func(k int) []byte { return ho.b[k*nb : (k+1)*nb] }
@@ -514,13 +508,7 @@ func (c *tcpComm) AllGather(out, in *npu.Tensor) error {
 	if !sameMemory(hi.b, block(c.rank)) {
 		copy(block(c.rank), hi.b)
 	}
-	xs := make([]xfer, 0, c.size-1)
-	for k := 0; k < c.size; k++ {
-		if k != c.rank {
-			xs = append(xs, xfer{peer: k, send: hi.b, recv: block(k), doSend: true, doRecv: true})
-		}
-	}
-	if err := c.round(o, 0, xs); err != nil {
+	if err := c.exchange(o, 0, func(int) []byte { return hi.b }, block); err != nil {
 		return err
 	}
 	ho.commit()
@@ -540,27 +528,18 @@ func (c *tcpComm) AllToAll(out, in *npu.Tensor) error {
 	if out.DType() != in.DType() || out.Numel() != in.Numel() || in.Numel()%c.size != 0 {
 		return c.invalid(o, "in and out must have the same dtype and element count, a multiple of Size()=%d", c.size)
 	}
-	hi, err := hostBytes(in)
+	hi, ho, err := c.hostInOut(o, in, out)
 	if err != nil {
-		return c.fail(c.opErr(o, err))
-	}
-	ho, err := hostBytes(out)
-	if err != nil {
-		return c.fail(c.opErr(o, err))
+		return err
 	}
 	if overlap(hi.b, ho.b) {
 		return c.invalid(o, "in and out overlap")
 	}
 	nb := len(hi.b) / c.size
-	xs := make([]xfer, 0, c.size-1)
-	for k := 0; k < c.size; k++ {
-		if k == c.rank {
-			copy(ho.b[k*nb:(k+1)*nb], hi.b[k*nb:(k+1)*nb])
-			continue
-		}
-		xs = append(xs, xfer{peer: k, send: hi.b[k*nb : (k+1)*nb], recv: ho.b[k*nb : (k+1)*nb], doSend: true, doRecv: true})
-	}
-	if err := c.round(o, 0, xs); err != nil {
+	send := func(k int) []byte { return hi.b[k*nb : (k+1)*nb] }
+	recv := func(k int) []byte { return ho.b[k*nb : (k+1)*nb] }
+	copy(recv(c.rank), send(c.rank))
+	if err := c.exchange(o, 0, send, recv); err != nil {
 		return err
 	}
 	ho.commit()
@@ -599,13 +578,9 @@ func (c *tcpComm) AllToAllV(out *npu.Tensor, outCounts []int, in *npu.Tensor, in
 	if inCounts[c.rank] != outCounts[c.rank] {
 		return c.invalid(o, "inCounts[%d]=%d must equal outCounts[%d]=%d (what this rank sends itself)", c.rank, inCounts[c.rank], c.rank, outCounts[c.rank])
 	}
-	hi, err := hostBytes(in)
+	hi, ho, err := c.hostInOut(o, in, out)
 	if err != nil {
-		return c.fail(c.opErr(o, err))
-	}
-	ho, err := hostBytes(out)
-	if err != nil {
-		return c.fail(c.opErr(o, err))
+		return err
 	}
 	if overlap(hi.b, ho.b) {
 		return c.invalid(o, "in and out overlap")
@@ -672,13 +647,8 @@ func (c *tcpComm) Barrier() error {
 	if err != nil {
 		return err
 	}
-	xs := make([]xfer, 0, c.size-1)
-	for k := 0; k < c.size; k++ {
-		if k != c.rank {
-			xs = append(xs, xfer{peer: k, send: []byte{}, recv: []byte{}, doSend: true, doRecv: true})
-		}
-	}
-	return c.round(o, 0, xs)
+	empty := func(int) []byte { return []byte{} }
+	return c.exchange(o, 0, empty, empty)
 }
 
 func (c *tcpComm) Send(t *npu.Tensor, peer int) error {

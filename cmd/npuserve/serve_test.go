@@ -610,7 +610,7 @@ func TestServeOptions(t *testing.T) {
 	if resp.StatusCode != 401 || !strings.Contains(string(b), `"code":401`) {
 		t.Errorf("no key: %d %s", resp.StatusCode, b)
 	}
-	req, _ = http.NewRequest(http.MethodPost, s.url+"/v1/completions", strings.NewReader(`{"model":"glm","prompt":[1,2,3],"max_tokens":4}`))
+	req, _ = http.NewRequest(http.MethodPost, s.url+"/v1/completions", strings.NewReader(`{"model":"glm","prompt":[1,2,3],"max_tokens":4,"ignore_eos":true}`))
 	req.Header.Set("Authorization", "Bearer secret")
 	resp, err = http.DefaultClient.Do(req)
 	if err != nil {

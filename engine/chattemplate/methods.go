@@ -66,6 +66,16 @@ func needStr(v Value, fname string, pos int) (string, error) {
 	return v.str, nil
 }
 
+// oneStrArg binds the single, required str argument param of method
+// fname.
+func oneStrArg(fname string, args []Value, kw []namedArg, param string) (string, error) {
+	v, _, err := bindArgs(fname, args, kw, []string{param}, 1)
+	if err != nil {
+		return "", err
+	}
+	return needStr(v[0], fname, 1)
+}
+
 // lookupMethod returns the bound method name of obj, if Python has one.
 func lookupMethod(obj Value, name string) (Value, bool) {
 	switch obj.kind {
@@ -313,11 +323,7 @@ func strMethod(obj Value, name string) (Value, bool) {
 		}), true
 	case "removeprefix", "removesuffix":
 		return method(obj, name, func(r *renderer, args []Value, kw []namedArg) (Value, error) {
-			v, _, err := bindArgs(name, args, kw, []string{"affix"}, 1)
-			if err != nil {
-				return Value{}, err
-			}
-			a, err := needStr(v[0], name, 1)
+			a, err := oneStrArg(name, args, kw, "affix")
 			if err != nil {
 				return Value{}, err
 			}
@@ -328,11 +334,7 @@ func strMethod(obj Value, name string) (Value, bool) {
 		}), true
 	case "partition", "rpartition":
 		return method(obj, name, func(r *renderer, args []Value, kw []namedArg) (Value, error) {
-			v, _, err := bindArgs(name, args, kw, []string{"sep"}, 1)
-			if err != nil {
-				return Value{}, err
-			}
-			sep, err := needStr(v[0], name, 1)
+			sep, err := oneStrArg(name, args, kw, "sep")
 			if err != nil {
 				return Value{}, err
 			}

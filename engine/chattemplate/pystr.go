@@ -359,27 +359,20 @@ func allRunes(s string, f func(rune) bool) bool {
 
 // pyIsLower is str.islower: at least one cased character and all cased
 // ones lower case.
-func pyIsLower(s string) bool {
-	cased := false
-	for _, r := range s {
-		if unicode.IsUpper(r) || unicode.IsTitle(r) {
-			return false
-		}
-		if unicode.IsLower(r) {
-			cased = true
-		}
-	}
-	return cased
-}
+func pyIsLower(s string) bool { return pyAllCased(s, unicode.IsLower, unicode.IsUpper) }
 
 // pyIsUpper is str.isupper.
-func pyIsUpper(s string) bool {
+func pyIsUpper(s string) bool { return pyAllCased(s, unicode.IsUpper, unicode.IsLower) }
+
+// pyAllCased reports whether s has at least one character of the case is
+// and none of the case other nor title case.
+func pyAllCased(s string, is, other func(rune) bool) bool {
 	cased := false
 	for _, r := range s {
-		if unicode.IsLower(r) || unicode.IsTitle(r) {
+		if other(r) || unicode.IsTitle(r) {
 			return false
 		}
-		if unicode.IsUpper(r) {
+		if is(r) {
 			cased = true
 		}
 	}

@@ -270,6 +270,26 @@ func (p *jsonParser) lit(w string) bool {
 	return false
 }
 
+// items parses comma-separated items up to the closing end (json.loads
+// allows no trailing comma); item starts at a non-space byte.
+func (p *jsonParser) items(end string, item func() bool) bool {
+	p.ws()
+	if p.lit(end) {
+		return true
+	}
+	for {
+		p.ws()
+		if !item() {
+			return false
+		}
+		p.ws()
+		if p.lit(",") {
+			continue
+		}
+		return p.lit(end)
+	}
+}
+
 func (p *jsonParser) value(depth int) (value, bool) {
 	if p.i >= len(p.s) || depth > maxDepth {
 		return value{}, false
@@ -278,61 +298,43 @@ func (p *jsonParser) value(depth int) (value, bool) {
 	case c == '{':
 		p.i++
 		obj := value{kind: kindObject}
-		p.ws()
-		if p.lit("}") {
-			return obj, true
-		}
-		for {
-			p.ws()
+		ok := p.items("}", func() bool {
 			if p.i >= len(p.s) || p.s[p.i] != '"' {
-				return value{}, false
+				return false
 			}
 			k, ok := p.str()
 			if !ok {
-				return value{}, false
+				return false
 			}
 			p.ws()
 			if !p.lit(":") {
-				return value{}, false
+				return false
 			}
 			p.ws()
 			x, ok := p.value(depth + 1)
-			if !ok {
-				return value{}, false
+			if ok {
+				obj.set(k, x)
 			}
-			obj.set(k, x)
-			p.ws()
-			if p.lit(",") {
-				continue
-			}
-			if p.lit("}") {
-				return obj, true
-			}
+			return ok
+		})
+		if !ok {
 			return value{}, false
 		}
+		return obj, true
 	case c == '[':
 		p.i++
 		arr := value{kind: kindArray, arr: []value{}}
-		p.ws()
-		if p.lit("]") {
-			return arr, true
-		}
-		for {
-			p.ws()
+		ok := p.items("]", func() bool {
 			x, ok := p.value(depth + 1)
-			if !ok {
-				return value{}, false
+			if ok {
+				arr.arr = append(arr.arr, x)
 			}
-			arr.arr = append(arr.arr, x)
-			p.ws()
-			if p.lit(",") {
-				continue
-			}
-			if p.lit("]") {
-				return arr, true
-			}
+			return ok
+		})
+		if !ok {
 			return value{}, false
 		}
+		return arr, true
 	case c == '"':
 		s, ok := p.str()
 		return value{kind: kindString, s: s}, ok

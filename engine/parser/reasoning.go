@@ -48,11 +48,11 @@ func ThinkingEnabled(chatTemplateKwargs map[string]any) bool {
 	if (!okT || t == nil) && (!okE || e == nil) {
 		return true
 	}
-	return pyTruthy(t) || pyTruthy(e)
+	return Truthy(t) || Truthy(e)
 }
 
-// pyTruthy is Python's bool() for JSON-decoded values.
-func pyTruthy(v any) bool {
+// Truthy is Python's bool() for JSON-decoded values.
+func Truthy(v any) bool {
 	switch x := v.(type) {
 	case nil:
 		return false

@@ -31,27 +31,14 @@ func (s *Server) chatCompletions(c *gin.Context) {
 	arrival := time.Now()
 	s.inflight.Add(1)
 	defer s.inflight.Done()
-	b, aerr := s.decodeRequest(c)
+	req, aerr := decodeGeneration(s, c, decodeChat)
 	if aerr != nil {
 		s.writeError(c, aerr)
 		return
 	}
-	req, aerr := decodeChat(b)
-	if aerr != nil {
+	cc := &chatCall{s: s, req: req, created: arrival.Unix()}
+	if cc.asIDs, aerr = s.tokensAsIDs(&req.commonRequest, req.logprobs); aerr != nil {
 		s.writeError(c, aerr)
-		return
-	}
-	s.warnIgnored(b)
-	if aerr = s.commonChecks(&req.commonRequest); aerr != nil {
-		s.writeError(c, aerr)
-		return
-	}
-	cc := &chatCall{s: s, req: req, created: arrival.Unix(), asIDs: s.opt.ReturnTokensAsTokenIDs}
-	if req.returnTokensAsTokenIDs != nil {
-		cc.asIDs = *req.returnTokensAsTokenIDs
-	}
-	if req.logprobs && s.tok == nil && !cc.asIDs {
-		s.writeError(c, skipTokenizerError())
 		return
 	}
 	skipSpecial, aerr := cc.configureParsers()
@@ -195,20 +182,28 @@ func (cc *chatCall) newStream() (*parser.Stream, *APIError) {
 	return st, nil
 }
 
+// usage totals the prompt and the choices' tokens.
+func (cc *chatCall) usage(r *run) usage {
+	u := usage{PromptTokens: len(cc.prompt.ids)}
+	for _, c := range r.choices {
+		u.CompletionTokens += len(c.ids)
+		if cc.s.opt.EnablePromptTokensDetails && c.cached > 0 {
+			u.PromptTokensDetails = &promptTokenDetails{CachedTokens: c.cached}
+		}
+	}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return u
+}
+
 // response builds the non-streaming response.
 func (cc *chatCall) response(r *run) (chatResponse, *APIError) {
 	resp := chatResponse{ID: cc.id, Object: "chat.completion", Created: cc.created, Model: cc.s.model,
-		Choices: make([]chatChoice, 0, len(r.choices))}
-	u := usage{PromptTokens: len(cc.prompt.ids)}
+		Choices: make([]chatChoice, 0, len(r.choices)), Usage: cc.usage(r)}
 	for _, c := range r.choices {
 		msg := chatMessage{Role: cc.role(), ToolCalls: []parser.ToolCall{}}
 		reason := c.reason
 		if cc.parsing {
-			ids := make([]int, len(c.ids))
-			for i, id := range c.ids {
-				ids[i] = int(id)
-			}
-			m, err := parser.Parse(cc.parse, c.text, ids, c.reason)
+			m, err := parser.Parse(cc.parse, c.text, intIDs(c.ids), c.reason)
 			if err != nil {
 				return resp, internalError(err)
 			}
@@ -238,13 +233,7 @@ func (cc *chatCall) response(r *run) (chatResponse, *APIError) {
 			ch.TokenIDs = nonNil(c.ids)
 		}
 		resp.Choices = append(resp.Choices, ch)
-		u.CompletionTokens += len(c.ids)
-		if cc.s.opt.EnablePromptTokensDetails && c.cached > 0 {
-			u.PromptTokensDetails = &promptTokenDetails{CachedTokens: c.cached}
-		}
 	}
-	u.TotalTokens = u.PromptTokens + u.CompletionTokens
-	resp.Usage = u
 	if cc.req.returnTokenIDs {
 		resp.PromptTokenIDs = cc.prompt.ids
 	}
@@ -301,21 +290,8 @@ func (cc *chatCall) stream(c *gin.Context, r *run) {
 	}
 	pending := n
 	for pending > 0 {
-		ev, ok := r.next(c.Request.Context())
+		ch, d, ok := r.nextDelta(c.Request.Context(), w, &pending)
 		if !ok {
-			return
-		}
-		ch := ev.c
-		if ch.done {
-			continue
-		}
-		d := r.apply(ev)
-		if d.finished {
-			pending--
-		}
-		if ch.err != nil {
-			w.error(ch.err)
-			w.done()
 			return
 		}
 		i := byIndex[ch]
@@ -323,11 +299,7 @@ func (cc *chatCall) stream(c *gin.Context, r *run) {
 		var delta parser.ChatDelta
 		reason := ch.reason
 		if st := streams[i]; st != nil {
-			ids := make([]int, len(d.tokens))
-			for k, id := range d.tokens {
-				ids[k] = int(id)
-			}
-			delta = st.Feed(d.text, ids)
+			delta = st.Feed(d.text, intIDs(d.tokens))
 			if d.finished {
 				delta = mergeDelta(delta, st.Finish())
 				reason = st.FinishReason(ch.reason)
@@ -362,14 +334,7 @@ func (cc *chatCall) stream(c *gin.Context, r *run) {
 		}
 	}
 	if includeUsage {
-		u := usage{PromptTokens: promptLen}
-		for _, ch := range r.choices {
-			u.CompletionTokens += len(ch.ids)
-			if cc.s.opt.EnablePromptTokensDetails && ch.cached > 0 {
-				u.PromptTokensDetails = &promptTokenDetails{CachedTokens: ch.cached}
-			}
-		}
-		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+		u := cc.usage(r)
 		w.send(usageChunk{ID: cc.id, Object: "chat.completion.chunk", Created: cc.created, Model: cc.s.model, Choices: []struct{}{},
 			Usage: usageNoNull(u)})
 	}

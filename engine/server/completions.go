@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -37,6 +38,43 @@ func (s *Server) warnIgnored(b *body) {
 	}
 }
 
+// generationRequest is a decoded completions or chat body.
+type generationRequest interface{ common() *commonRequest }
+
+func (r *commonRequest) common() *commonRequest { return r }
+
+// decodeGeneration reads a completions or chat body with decode, logs the
+// fields nobody read and runs the checks both endpoints share.
+func decodeGeneration[R generationRequest](s *Server, c *gin.Context, decode func(*body) (R, *APIError)) (R, *APIError) {
+	var zero R
+	b, aerr := s.decodeRequest(c)
+	if aerr != nil {
+		return zero, aerr
+	}
+	req, aerr := decode(b)
+	if aerr != nil {
+		return zero, aerr
+	}
+	s.warnIgnored(b)
+	if aerr = s.commonChecks(req.common()); aerr != nil {
+		return zero, aerr
+	}
+	return req, nil
+}
+
+// tokensAsIDs resolves return_tokens_as_token_ids (the request's value,
+// else the server's); logprobs without a tokenizer need token ids.
+func (s *Server) tokensAsIDs(r *commonRequest, logprobs bool) (bool, *APIError) {
+	asIDs := s.opt.ReturnTokensAsTokenIDs
+	if r.returnTokensAsTokenIDs != nil {
+		asIDs = *r.returnTokensAsTokenIDs
+	}
+	if logprobs && s.tok == nil && !asIDs {
+		return asIDs, skipTokenizerError()
+	}
+	return asIDs, nil
+}
+
 // stopOptions checks the stop-string settings against the tokenizer.
 func (s *Server) stopOptions(r *commonRequest, skipSpecial bool) (outputOpts, *APIError) {
 	oo := outputOpts{stop: r.stop, includeStop: r.includeStopStrInOutput, skipSpecial: skipSpecial, minTokens: int(r.minTokens)}
@@ -69,18 +107,8 @@ func (s *Server) completions(c *gin.Context) {
 	arrival := time.Now()
 	s.inflight.Add(1)
 	defer s.inflight.Done()
-	b, aerr := s.decodeRequest(c)
+	req, aerr := decodeGeneration(s, c, decodeCompletion)
 	if aerr != nil {
-		s.writeError(c, aerr)
-		return
-	}
-	req, aerr := decodeCompletion(b)
-	if aerr != nil {
-		s.writeError(c, aerr)
-		return
-	}
-	s.warnIgnored(b)
-	if aerr = s.commonChecks(&req.commonRequest); aerr != nil {
 		s.writeError(c, aerr)
 		return
 	}
@@ -92,12 +120,9 @@ func (s *Server) completions(c *gin.Context) {
 		s.writeError(c, badParam("logprobs", "echo with logprobs needs prompt logprobs, which npuserve does not support yet."))
 		return
 	}
-	asIDs := s.opt.ReturnTokensAsTokenIDs
-	if req.returnTokensAsTokenIDs != nil {
-		asIDs = *req.returnTokensAsTokenIDs
-	}
-	if req.logprobs != nil && s.tok == nil && !asIDs {
-		s.writeError(c, skipTokenizerError())
+	asIDs, aerr := s.tokensAsIDs(&req.commonRequest, req.logprobs != nil)
+	if aerr != nil {
+		s.writeError(c, aerr)
 		return
 	}
 	prompts, aerr := tokenizePrompts(s.tok, req.prompts, req.addSpecialTokens)
@@ -185,11 +210,7 @@ func (cc *completionCall) promptText(i int) string {
 	}
 	p := &cc.prompts[i]
 	if !p.textKnow && cc.s.tok != nil {
-		ids := make([]int, len(p.ids))
-		for j, id := range p.ids {
-			ids[j] = int(id)
-		}
-		p.text, p.textKnow = cc.s.tok.Decode(ids, false), true
+		p.text, p.textKnow = cc.s.tok.Decode(intIDs(p.ids), false), true
 	}
 	return p.text
 }
@@ -270,21 +291,8 @@ func (cc *completionCall) stream(c *gin.Context, r *run) {
 		byIndex[ch] = i
 	}
 	for pending > 0 {
-		ev, ok := r.next(c.Request.Context())
+		ch, d, ok := r.nextDelta(c.Request.Context(), w, &pending)
 		if !ok {
-			return
-		}
-		ch := ev.c
-		if ch.done {
-			continue // after a stop string: the rest is dropped
-		}
-		d := r.apply(ev)
-		if d.finished {
-			pending--
-		}
-		if ch.err != nil {
-			w.error(ch.err)
-			w.done()
 			return
 		}
 		i := byIndex[ch]
@@ -338,6 +346,34 @@ func (cc *completionCall) stream(c *gin.Context, r *run) {
 			Usage: usageNoNull(u)})
 	}
 	w.done()
+}
+
+// nextDelta waits for the next output of a choice still running and
+// applies it (outputs after a stop string are dropped); pending counts the
+// choices that have not finished. It returns false when the stream ends
+// early: the client is gone, or the choice failed (the error event and
+// [DONE] are then sent).
+func (r *run) nextDelta(ctx context.Context, w *sse, pending *int) (*choice, delta, bool) {
+	for {
+		ev, ok := r.next(ctx)
+		if !ok {
+			return nil, delta{}, false
+		}
+		ch := ev.c
+		if ch.done {
+			continue // after a stop string: the rest is dropped
+		}
+		d := r.apply(ev)
+		if d.finished {
+			*pending--
+		}
+		if ch.err != nil {
+			w.error(ch.err)
+			w.done()
+			return nil, delta{}, false
+		}
+		return ch, d, true
+	}
 }
 
 // sse writes server-sent events: "data: <json>\n\n" frames and the final

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/npuserve/npuserve/engine/parser"
 )
 
 // body is a JSON request object read field by field with pydantic's lax
@@ -89,21 +91,13 @@ func (b *body) truthy(name string) bool {
 	if json.Unmarshal(raw, &v) != nil {
 		return false
 	}
-	switch x := v.(type) {
-	case nil:
-		return false
-	case bool:
-		return x
-	case float64:
-		return x != 0
-	case string:
-		return x != ""
-	case []any:
-		return len(x) > 0
-	case map[string]any:
-		return len(x) > 0
-	}
-	return true
+	return parser.Truthy(v)
+}
+
+// missing is pydantic's "Field required" error for a field of the body.
+func (b *body) missing(name string) pydanticError {
+	return pydanticError{Type: "missing", Loc: "body." + name, Msg: "Field required",
+		Input: pyStr("<dict of " + strconv.Itoa(len(b.keys)) + " items>")}
 }
 
 func (b *body) fail(name, typ, msg string, raw json.RawMessage) {

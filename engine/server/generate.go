@@ -432,6 +432,15 @@ func (s *Server) chatLogprobs(ids []int32, lps []sampling.Token, num int, asIDs 
 	return out
 }
 
+// intIDs converts token ids to the int ids the tokenizer and parsers take.
+func intIDs(ids []int32) []int {
+	out := make([]int, len(ids))
+	for i, id := range ids {
+		out[i] = int(id)
+	}
+	return out
+}
+
 // utf8Bytes is list(token.encode("utf-8")).
 func utf8Bytes(s string) []int {
 	b := make([]int, len(s))

@@ -356,8 +356,7 @@ func decodeChat(b *body) (*chatRequest, *APIError) {
 	r := &chatRequest{}
 	raw, ok := b.get("messages")
 	if !ok {
-		b.errs = append(b.errs, pydanticError{Type: "missing", Loc: "body.messages", Msg: "Field required",
-			Input: pyStr(fmt.Sprintf("<dict of %d items>", len(b.keys)))})
+		b.errs = append(b.errs, b.missing("messages"))
 	} else {
 		r.messages = raw
 	}

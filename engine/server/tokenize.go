@@ -19,13 +19,9 @@ type tokenizeResponse struct {
 // TokenizeChatRequest); chat bodies go through the chat template exactly
 // as /v1/chat/completions does.
 func (s *Server) tokenize(c *gin.Context) {
-	b, aerr := s.decodeRequest(c)
+	b, aerr := s.decodeTokenizerRequest(c)
 	if aerr != nil {
 		s.writeError(c, aerr)
-		return
-	}
-	if s.tok == nil {
-		s.writeError(c, skipTokenizerError())
 		return
 	}
 	var ids []int32
@@ -55,8 +51,7 @@ func (s *Server) tokenize(c *gin.Context) {
 			return
 		}
 		if prompt == nil {
-			s.writeError(c, validationError([]pydanticError{{Type: "missing", Loc: "body.prompt", Msg: "Field required",
-				Input: pyStr("<dict of " + itoa(len(b.keys)) + " items>")}}))
+			s.writeError(c, validationError([]pydanticError{b.missing("prompt")}))
 			return
 		}
 		if aerr := s.checkModel(model); aerr != nil {
@@ -79,19 +74,14 @@ func (s *Server) tokenize(c *gin.Context) {
 
 // detokenize is POST /detokenize ({"model", "tokens"} → {"prompt"}).
 func (s *Server) detokenize(c *gin.Context) {
-	b, aerr := s.decodeRequest(c)
+	b, aerr := s.decodeTokenizerRequest(c)
 	if aerr != nil {
 		s.writeError(c, aerr)
 		return
 	}
-	if s.tok == nil {
-		s.writeError(c, skipTokenizerError())
-		return
-	}
 	model := b.optString("model")
 	if !b.present("tokens") {
-		b.errs = append(b.errs, pydanticError{Type: "missing", Loc: "body.tokens", Msg: "Field required",
-			Input: pyStr("<dict of " + itoa(len(b.keys)) + " items>")})
+		b.errs = append(b.errs, b.missing("tokens"))
 	}
 	toks := b.intList("tokens")
 	if len(b.errs) > 0 {
@@ -113,7 +103,15 @@ func (s *Server) detokenize(c *gin.Context) {
 	s.writeJSON(c, http.StatusOK, map[string]string{"prompt": s.tok.Decode(ids, false)})
 }
 
-func itoa(n int) string {
-	b, _ := marshal(n)
-	return string(b)
+// decodeTokenizerRequest reads a /tokenize or /detokenize body; both need
+// the tokenizer.
+func (s *Server) decodeTokenizerRequest(c *gin.Context) (*body, *APIError) {
+	b, aerr := s.decodeRequest(c)
+	if aerr != nil {
+		return nil, aerr
+	}
+	if s.tok == nil {
+		return nil, skipTokenizerError()
+	}
+	return b, nil
 }

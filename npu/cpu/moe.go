@@ -131,19 +131,46 @@ func (be *Backend) MoE(out, x, gateUp, down, weights, ids *npu.Tensor, limit flo
 	if x.Rank() != 2 || gateUp.Rank() != 3 || down.Rank() != 3 {
 		panic(fmt.Sprintf("cpu: MoE x %v gateUp %v down %v", x, gateUp, down))
 	}
-	T, D := x.Dim(0), x.Dim(1)
+	D := x.Dim(1)
 	E, I := gateUp.Dim(0), gateUp.Dim(1)/2
 	if gateUp.Dim(1) != 2*I || gateUp.Dim(2) != D || down.Dim(0) != E || down.Dim(1) != D || down.Dim(2) != I {
 		panic(fmt.Sprintf("cpu: MoE gateUp %v down %v for x %v", gateUp, down, x))
 	}
-	if out.Numel() != T*D || x.DType() != npu.F32 || weights.DType() != npu.F32 || ids.DType() != npu.I32 ||
-		weights.Numel() != ids.Numel() || T > 0 && ids.Numel()%T != 0 {
-		panic(fmt.Sprintf("cpu: MoE out %v weights %v ids %v for x %v", out, weights, ids, x))
-	}
-	if T == 0 || ids.Numel() == 0 {
+	k := moeRouting("MoE", out, x, weights, ids)
+	if k == 0 {
 		return
 	}
-	k := ids.Numel() / T
+	be.moeDispatch("MoE", out, x, weights, ids, k, E, I, limit,
+		func(e int, in, o *npu.Tensor) { be.MatMul(o, in, gateUp.Rows(e, e+1).Reshape(2*I, D)) },
+		func(e int, in, o *npu.Tensor) { be.MatMul(o, in, down.Rows(e, e+1).Reshape(D, I)) })
+}
+
+// moeRouting checks out, weights and ids for x (op names the caller in
+// panics) and returns the experts per token, 0 when there is nothing to
+// route.
+func moeRouting(op string, out, x, weights, ids *npu.Tensor) int {
+	T, D := x.Dim(0), x.Dim(1)
+	if out.Numel() != T*D || x.DType() != npu.F32 || weights.DType() != npu.F32 || ids.DType() != npu.I32 ||
+		weights.Numel() != ids.Numel() || T > 0 && ids.Numel()%T != 0 {
+		panic(fmt.Sprintf("cpu: %s out %v weights %v ids %v for x %v", op, out, weights, ids, x))
+	}
+	if T == 0 || ids.Numel() == 0 {
+		return 0
+	}
+	return ids.Numel() / T
+}
+
+// moeDispatch is the expert-grouped dispatch MoE and MoEQ share, for k
+// experts per token out of E with intermediate size I. Per chunk of
+// tokens, the assignments are counting-sorted by expert (stable in token
+// order) and the inputs gathered into consecutive rows; gateUp projects
+// expert e's gathered inputs in into its gate | up rows o, the clamped
+// SwiGLU follows, and down projects its SwiGLU rows in into its output
+// rows o. Each token's expert outputs are then summed in ascending expert
+// order and added to out. A limit <= 0 disables the clamp.
+func (be *Backend) moeDispatch(op string, out, x, weights, ids *npu.Tensor, k, E, I int, limit float32,
+	gateUp, down func(e int, in, o *npu.Tensor)) {
+	T, D := x.Dim(0), x.Dim(1)
 	lim := float32(math.Inf(1))
 	if limit > 0 {
 		lim = limit
@@ -151,7 +178,7 @@ func (be *Backend) MoE(out, x, gateUp, down, weights, ids *npu.Tensor, limit flo
 	os, xs, ws, is := F32(out), F32(x), F32(weights), I32(ids)
 	for _, e := range is {
 		if e < 0 || int(e) >= E {
-			panic(fmt.Sprintf("cpu: MoE expert id %d out of [0, %d)", e, E))
+			panic(fmt.Sprintf("cpu: %s expert id %d out of [0, %d)", op, e, E))
 		}
 	}
 	rows := min(T, moeChunk) * k
@@ -187,11 +214,9 @@ func (be *Backend) MoE(out, x, gateUp, down, weights, ids *npu.Tensor, limit flo
 			}
 		})
 		for e := range E {
-			r0, r1 := start[e], start[e+1]
-			if r0 == r1 {
-				continue
+			if r0, r1 := start[e], start[e+1]; r0 < r1 {
+				gateUp(e, xg.Rows(r0, r1), gu.Rows(r0, r1))
 			}
-			be.MatMul(gu.Rows(r0, r1), xg.Rows(r0, r1), gateUp.Rows(e, e+1).Reshape(2*I, D))
 		}
 		be.parallelFor(n, 8, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
@@ -204,11 +229,9 @@ func (be *Backend) MoE(out, x, gateUp, down, weights, ids *npu.Tensor, limit flo
 			}
 		})
 		for e := range E {
-			r0, r1 := start[e], start[e+1]
-			if r0 == r1 {
-				continue
+			if r0, r1 := start[e], start[e+1]; r0 < r1 {
+				down(e, h.Rows(r0, r1), y.Rows(r0, r1))
 			}
-			be.MatMul(y.Rows(r0, r1), h.Rows(r0, r1), down.Rows(e, e+1).Reshape(D, I))
 		}
 		// Per token: sum in ascending expert order, then add to out.
 		be.parallelFor(c1-c0, 8, func(lo, hi int) {
