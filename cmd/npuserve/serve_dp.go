@@ -91,6 +91,9 @@ func rankSpec(args *config.EngineArgs, dir string, mc *config.ModelConfig, gen *
 // runServeParallel serves a multi-rank layout: a --headless node runs its
 // DP ranks for the head; the head (any other node) runs the API server,
 // the DP coordinator on --data-parallel-rpc-port and its local DP ranks.
+// Either node runs each local device rank as a child process (this
+// command re-executed with dp.RankEnv set), which takes the same path up
+// to here and then runs dp.RunRank.
 func runServeParallel(args *config.EngineArgs, dir string, mc *config.ModelConfig, gen *config.GenerationConfig, plan *config.Plan) error {
 	if plan.Device.Backend != "cpu" {
 		return usageError("serve: --device %s: this build has only the cpu backend (the Ascend backend is not implemented yet)", plan.Device.Backend)
@@ -117,6 +120,19 @@ func runServeParallel(args *config.EngineArgs, dir string, mc *config.ModelConfi
 	spec.ListenHost = nodeIP()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+
+	// A rank process: the node's main process started this one for a
+	// single device rank (engine/dp spawns one per local device rank).
+	if role, ok, err := dp.RoleFromEnv(); ok {
+		if err != nil {
+			return runError("serve: %v", err)
+		}
+		if err := dp.RunRank(ctx, spec, settings, role, logrus.Infof); err != nil {
+			logrus.Errorf("DP rank %d TP rank %d exiting: %v", role.DPRank, role.TPRank, err)
+			return runError("serve: rank process: %v", err)
+		}
+		return nil
+	}
 
 	if args.Headless {
 		logrus.Infof("Headless node: DP ranks %d..%d of %d (TP %d, expert parallel %v); head %s:%d",

@@ -20,17 +20,24 @@
 // model (worker.Start); with expert parallelism the DP ranks step in
 // lockstep (worker.Lockstep), so every rank reaches every collective.
 //
-// Data plane. Each headless node serves POST /v1/rank/generate on an
-// ephemeral port of its host: a JSON core.Request in, a stream of
-// gob-encoded outputs back; the head cancels the HTTP request to abort.
+// Processes. Every device rank is its own OS process: a node's main
+// process (the head or a headless node) re-executes the command with
+// RankEnv set once per local device rank (RunRank in the child), and
+// supervises the children: one that ends fails its DP rank, and they die
+// with the main process (Pdeathsig). The head's own DP ranks report ready
+// and heartbeat like remote ones.
+//
+// Data plane. Each DP rank's TP leader process serves POST
+// /v1/rank/generate on an ephemeral port of its host: a JSON core.Request
+// in, a stream of gob-encoded outputs back; the head cancels the HTTP
+// request to abort.
 // Head balances requests over all DP ranks by waiting×4+running (vLLM's
 // internal load balancer) and implements the engine interface of
 // engine/server.
 //
 // Liveness. Heartbeats go both ways (the rank's POST and the head's
 // answer). A rank missing for DeadAfter, a broken request stream or a
-// failed local engine makes the head abort its communicators (so blocked
-// collectives return at once instead of after an HCCL timeout) and fail
+// local rank process that ended makes the head fail
 // every request in flight and every new one with 503, naming the rank and
 // node. A headless node that cannot reach the head for HeadTimeout, or is
 // told the group failed, exits with an error.

@@ -251,7 +251,14 @@ func TestRankFailures(t *testing.T) {
 			stop := make(chan struct{})
 			wait := load(c.base, 4, stop)
 			time.Sleep(500 * time.Millisecond)
-			syscall.Kill(c.headless.cmd.Process.Pid, tc.sig)
+			// kill -9 hits the node's main process (its rank processes
+			// die with it); a frozen node is every process of it (its
+			// process group), since its rank processes run on their own.
+			pid := c.headless.cmd.Process.Pid
+			if tc.sig == syscall.SIGSTOP {
+				pid = -pid
+			}
+			syscall.Kill(pid, tc.sig)
 			killed := time.Now()
 			time.AfterFunc(12*time.Second, func() { close(stop) })
 			// New requests: 503 naming the rank within 10 s.

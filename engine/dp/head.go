@@ -21,7 +21,8 @@ import (
 
 // HeadConfig configures the head node.
 type HeadConfig struct {
-	// Spec starts the head's local ranks (DP ranks [0, Local)).
+	// Spec starts the head's local ranks (DP ranks [0, Local)), one
+	// process per device rank (see RunRank).
 	Spec RankSpec
 	// Settings are the head's; every rank must match them.
 	Settings Settings
@@ -47,7 +48,7 @@ type Head struct {
 	ln     net.Listener
 	http   *http.Server
 	client *http.Client
-	local  []*dpRank
+	procs  *rankProcs
 
 	mu      sync.Mutex
 	ranks   []*rankState
@@ -71,7 +72,8 @@ type rankState struct {
 	stats      core.Stats
 	pending    int // requests sent since the last heartbeat
 	endpoint   string
-	local      *dpRank
+	own        bool // one of the head's DP ranks
+	full       *core.Stats
 	numBlocks  int
 	routed     int64 // requests sent to this rank
 }
@@ -82,11 +84,13 @@ type flight struct {
 	cancel context.CancelFunc // remote ranks
 }
 
-// StartHead starts the control plane on the RPC port and the head's local
-// ranks, waits until every DP rank has joined and is ready, and returns
-// the head. It fails when a local rank fails to start, or when the ranks
-// are not all ready after StartTimeout (logging who is missing every 10 s
-// meanwhile).
+// StartHead starts the control plane on the RPC port (on an ephemeral
+// port of Address when every DP rank is local) and one process per local
+// device rank, waits until every DP rank has joined and is ready, and
+// returns the head. It fails when a local rank process ends early, or when
+// the ranks are not all ready after StartTimeout (logging who is missing
+// every 10 s meanwhile). While the group serves, a local rank process that
+// ends fails the group like a lost remote rank.
 func StartHead(ctx context.Context, cfg HeadConfig) (*Head, error) {
 	topo := cfg.Spec.Topology
 	if cfg.Local < 1 || cfg.Local > topo.DP {
@@ -118,12 +122,19 @@ func StartHead(ctx context.Context, cfg HeadConfig) (*Head, error) {
 			return nil, fmt.Errorf("dp: --data-parallel-rpc-port %d: %w", cfg.RPCPort, err)
 		}
 		ln = l
-	}
-	ri, err := hccl.NewRootInfo(net.JoinHostPort(cfg.Address, "0"))
-	if err != nil {
-		if ln != nil {
-			ln.Close()
+	} else {
+		// Only the head's own rank processes talk to the coordinator.
+		l, err := net.Listen("tcp", net.JoinHostPort(cfg.Address, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("dp: the coordinator's port on %s: %w", cfg.Address, err)
 		}
+		ln = l
+	}
+	// Rank 0 runs in a child process: it listens on the root address,
+	// a port free now.
+	ri, err := rootInfoFor(cfg.Address)
+	if err != nil {
+		ln.Close()
 		return nil, fmt.Errorf("dp: world root info on --data-parallel-address %s: %w", cfg.Address, err)
 	}
 	h := &Head{cfg: cfg, ln: ln, flights: map[string]*flight{}, deadCh: make(chan struct{}), readyCh: make(chan struct{}, 1),
@@ -137,24 +148,31 @@ func StartHead(ctx context.Context, cfg HeadConfig) (*Head, error) {
 	mux.HandleFunc("POST "+PathHeartbeat, h.handleHeartbeat)
 	mux.HandleFunc("GET "+PathStatus, func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.Status()) })
 	h.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go h.http.Serve(ln)
 	if remote {
-		go h.http.Serve(ln)
 		h.logf("DP coordinator listening on port %d (--data-parallel-rpc-port); world root on %s; waiting for DP ranks %d..%d",
 			cfg.RPCPort, cfg.Address, cfg.Local, topo.DP-1)
 	}
 
-	type started struct {
-		ranks []*dpRank
-		err   error
+	node := cfg.Address + ", the head"
+	h.mu.Lock()
+	for d := 0; d < cfg.Local; d++ {
+		st := h.ranks[d]
+		st.node, st.host, st.joined, st.own, st.lastBeat = node, cfg.Address, true, true, time.Now()
 	}
-	startCh := make(chan started, 1)
-	go func() {
-		rs, err := startRanks(cfg.Spec, ri, 0, cfg.Local)
-		startCh <- started{rs, err}
-	}()
+	h.mu.Unlock()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	procs, err := spawnRanks(topo, 0, cfg.Local, RankRole{WorldRootInfo: ri.String(), Coordinator: "http://" + net.JoinHostPort(cfg.Address, port),
+		Node: node, Host: cfg.Spec.ListenHost, HeartbeatMS: int(cfg.HeartbeatInterval / time.Millisecond)})
+	if err != nil {
+		h.http.Close()
+		return nil, err
+	}
+	h.procs = procs
+	h.logf("Started %d rank processes for DP ranks 0..%d (TP %d each)", cfg.Local*topo.TP, cfg.Local-1, topo.TP)
 	fail := func(err error) (*Head, error) {
-		ri.Release()
 		h.markDead(-1, err)
+		procs.stop(2 * time.Second)
 		h.http.Close()
 		return nil, err
 	}
@@ -162,22 +180,10 @@ func StartHead(ctx context.Context, cfg HeadConfig) (*Head, error) {
 	defer deadline.Stop()
 	tick := time.NewTicker(10 * time.Second)
 	defer tick.Stop()
-	localUp := false
-	for !localUp || !h.allReady() {
+	for !h.allReady() {
 		select {
-		case s := <-startCh:
-			if s.err != nil {
-				return fail(fmt.Errorf("dp: starting the head's ranks: %w", s.err))
-			}
-			localUp = true
-			h.mu.Lock()
-			h.local = s.ranks
-			for _, d := range s.ranks {
-				st := h.ranks[d.dp]
-				st.node, st.host, st.joined, st.ready, st.local = cfg.Address+", the head", cfg.Address, true, true, d
-				st.numBlocks = d.engine().Stats().NumBlocks
-			}
-			h.mu.Unlock()
+		case e := <-procs.exited:
+			return fail(fmt.Errorf("dp: starting the head's ranks: DP rank %d: %w", e.dp, e.describe()))
 		case <-h.readyCh:
 		case <-tick.C:
 			h.logf("Waiting for DP ranks to join/report ready: %s", h.missing())
@@ -188,11 +194,21 @@ func StartHead(ctx context.Context, cfg HeadConfig) (*Head, error) {
 		}
 	}
 	h.logf("All %d DP ranks ready (%d cache blocks in all)", topo.DP, h.Stats().NumBlocks)
-	for _, d := range h.local {
-		go h.watchLocal(d)
-	}
+	go h.supervise()
 	go h.monitor()
 	return h, nil
+}
+
+// rootInfoFor is a TCP root info for rank 0's process on host: a port
+// of host that is free now, and a fresh session.
+func rootInfoFor(host string) (hccl.RootInfo, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return hccl.RootInfo{}, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return hccl.TCPRootInfo(addr)
 }
 
 func (h *Head) logf(format string, args ...any) {
@@ -223,10 +239,10 @@ func (h *Head) missing() string {
 		switch {
 		case r.ready:
 			continue
+		case r.own:
+			fmt.Fprintf(&b, "local DP rank %d starting; ", r.dp)
 		case r.joined:
 			fmt.Fprintf(&b, "DP rank %d (node %s) loading; ", r.dp, r.node)
-		case r.dp < h.cfg.Local:
-			fmt.Fprintf(&b, "local DP rank %d starting; ", r.dp)
 		default:
 			fmt.Fprintf(&b, "DP rank %d not joined; ", r.dp)
 		}
@@ -308,6 +324,9 @@ func (h *Head) handleReady(w http.ResponseWriter, r *http.Request) {
 	}
 	st.ready, st.endpoint, st.numBlocks, st.lastBeat = true, req.Endpoint, req.NumBlocks, time.Now()
 	st.stats.NumBlocks = req.NumBlocks
+	if req.Stats != nil {
+		st.full = req.Stats
+	}
 	h.mu.Unlock()
 	h.logf("DP rank %d (node %s) ready: %d cache blocks", req.DPRank, st.node, req.NumBlocks)
 	writeJSON(w, http.StatusOK, HeartbeatResponse{State: "ok"})
@@ -326,10 +345,13 @@ func (h *Head) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	h.mu.Lock()
 	for _, l := range req.Ranks {
-		if l.DPRank >= h.cfg.Local && l.DPRank < len(h.ranks) && h.ranks[l.DPRank].joined {
+		if l.DPRank >= 0 && l.DPRank < len(h.ranks) && h.ranks[l.DPRank].joined {
 			st := h.ranks[l.DPRank]
 			st.lastBeat = now
 			st.stats.Waiting, st.stats.Running, st.pending = l.Waiting, l.Running, 0
+			if l.Stats != nil {
+				st.full = l.Stats
+			}
 		}
 	}
 	resp := HeartbeatResponse{State: "ok"}
@@ -343,7 +365,7 @@ func (h *Head) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, resp)
 }
 
-// monitor declares remote ranks dead when their heartbeats stop.
+// monitor declares ranks dead when their heartbeats stop.
 func (h *Head) monitor() {
 	t := time.NewTicker(h.cfg.HeartbeatInterval / 4)
 	defer t.Stop()
@@ -357,7 +379,7 @@ func (h *Head) monitor() {
 		h.mu.Lock()
 		var late *rankState
 		for _, st := range h.ranks {
-			if st.local == nil && now.Sub(st.lastBeat) > h.cfg.DeadAfter {
+			if now.Sub(st.lastBeat) > h.cfg.DeadAfter {
 				late = st
 				break
 			}
@@ -369,18 +391,23 @@ func (h *Head) monitor() {
 	}
 }
 
-// watchLocal declares the group dead when a local rank's engine fails.
-func (h *Head) watchLocal(d *dpRank) {
-	select {
-	case <-d.ranks[0].Done():
-	case <-h.deadCh:
-		return
-	}
-	h.mu.Lock()
-	closing := h.closing
-	h.mu.Unlock()
-	if err := d.engine().Err(); err != nil && !closing {
-		h.markDead(blame(d.dp, h.cfg.Spec.Topology.TP, err), err)
+// supervise declares the group dead when one of the head's rank
+// processes ends while the group serves, blaming the DP rank the
+// process's failure points at (its own unless a collective lost a peer).
+func (h *Head) supervise() {
+	for {
+		select {
+		case e := <-h.procs.exited:
+			h.mu.Lock()
+			closing := h.closing
+			h.mu.Unlock()
+			if closing {
+				continue
+			}
+			h.markDead(e.blamed(), e.describe())
+		case <-h.deadCh:
+			return
+		}
 	}
 }
 
@@ -403,14 +430,16 @@ func blame(local, tp int, err error) int {
 }
 
 // markDead fails the group once: rank dp (-1: none in particular) is
-// gone because of cause. It aborts the local communicators, so that
-// collectives blocked on the lost rank return at once, and ends every
-// request in flight with 503.
+// gone because of cause. It ends every request in flight with 503; the
+// rank processes hear it at their next heartbeat and exit.
 func (h *Head) markDead(dp int, cause error) {
 	h.mu.Lock()
 	if h.dead != nil {
 		h.mu.Unlock()
 		return
+	}
+	if dp >= len(h.ranks) {
+		dp = -1 // a peer outside the group: blame no rank in particular
 	}
 	if dp >= 0 {
 		st := h.ranks[dp]
@@ -423,7 +452,6 @@ func (h *Head) markDead(dp int, cause error) {
 		h.dead = cause
 	}
 	dead := h.dead
-	local := h.local
 	for _, f := range h.flights {
 		if f.cancel != nil {
 			f.cancel()
@@ -432,9 +460,6 @@ func (h *Head) markDead(dp int, cause error) {
 	h.mu.Unlock()
 	close(h.deadCh)
 	h.logf("%v", dead)
-	for _, d := range local {
-		d.abort(dead)
-	}
 }
 
 // Err reports why the group failed (nil while it serves).
@@ -460,13 +485,7 @@ func (h *Head) pick() *rankState {
 	n := len(h.ranks)
 	for i := 0; i < n; i++ {
 		st := h.ranks[(h.next+i)%n]
-		var score int
-		if st.local != nil {
-			s := st.local.engine().Stats()
-			score = s.Waiting*4 + s.Running
-		} else {
-			score = (st.stats.Waiting+st.pending)*4 + st.stats.Running
-		}
+		score := (st.stats.Waiting+st.pending)*4 + st.stats.Running
 		if best == nil || score < bestScore {
 			best, bestScore = st, score
 		}
@@ -493,31 +512,20 @@ func (h *Head) Add(r *core.Request) (<-chan core.Output, error) {
 	}
 	st := h.pick()
 	st.routed++
-	f := &flight{rank: st.dp}
-	var in <-chan core.Output
-	if st.local != nil {
-		ch, err := st.local.engine().Add(r)
-		if err != nil {
-			h.mu.Unlock()
-			return nil, err
-		}
-		in = ch
-	} else {
-		st.pending++
-		ctx, cancel := context.WithCancel(context.Background())
-		f.cancel = cancel
-		in = h.remote(ctx, st.dp, st.endpoint, r)
-	}
+	st.pending++
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &flight{rank: st.dp, cancel: cancel}
+	in := h.remote(ctx, st.dp, st.endpoint, r)
 	h.flights[r.ID] = f
 	h.mu.Unlock()
 	out := make(chan core.Output, 16)
-	go h.forward(r.ID, st.local, in, out)
+	go h.forward(r.ID, in, out)
 	return out, nil
 }
 
 // forward copies a rank's outputs to the server; once the group failed it
 // ends the request with 503 naming the lost rank.
-func (h *Head) forward(id string, local *dpRank, in <-chan core.Output, out chan<- core.Output) {
+func (h *Head) forward(id string, in <-chan core.Output, out chan<- core.Output) {
 	defer func() {
 		h.mu.Lock()
 		delete(h.flights, id)
@@ -531,14 +539,6 @@ func (h *Head) forward(id string, local *dpRank, in <-chan core.Output, out chan
 				return
 			}
 			if o.Finished {
-				if local != nil && o.FinishReason == "error" {
-					// The local engine failed (its watcher may not have
-					// run yet): fail the group, blaming the rank its
-					// collectives lost.
-					if err := local.engine().Err(); err != nil {
-						h.markDead(blame(local.dp, h.cfg.Spec.Topology.TP, err), err)
-					}
-				}
 				if err := h.Err(); err != nil && (o.FinishReason == "error" || o.FinishReason == "abort") {
 					o.FinishReason, o.Err = "abort", unavailable(err)
 				}
@@ -598,6 +598,9 @@ func (h *Head) remote(ctx context.Context, dp int, endpoint string, r *core.Requ
 				final(fmt.Errorf("its request stream broke: %w", err))
 				return
 			}
+			if w.RankFailed {
+				h.markDead(w.Blame, errors.New(w.Err))
+			}
 			ch <- w.output()
 			if w.Finished {
 				return
@@ -616,11 +619,10 @@ func (h *Head) Status() GroupStatus {
 		g.Failed = h.dead.Error()
 	}
 	for _, st := range h.ranks {
-		rs := RankStatus{DPRank: st.dp, Node: st.node, Host: st.host, Local: st.local != nil, Ready: st.ready,
+		rs := RankStatus{DPRank: st.dp, Node: st.node, Host: st.host, Local: st.own, Ready: st.ready,
 			NumBlocks: st.numBlocks, Waiting: st.stats.Waiting, Running: st.stats.Running, Routed: st.routed}
-		if st.local != nil {
-			s := st.local.engine().Stats()
-			rs.Waiting, rs.Running = s.Waiting, s.Running
+		if st.own && h.procs != nil {
+			rs.PIDs = h.procs.pids(st.dp, h.cfg.Spec.Topology.TP)
 		}
 		g.Ranks = append(g.Ranks, rs)
 	}
@@ -642,32 +644,27 @@ func (h *Head) Routed() []int64 {
 func (h *Head) Abort(id string) bool {
 	h.mu.Lock()
 	f, ok := h.flights[id]
-	var st *rankState
-	if ok {
-		st = h.ranks[f.rank]
-	}
 	h.mu.Unlock()
 	if !ok {
 		return false
 	}
-	if f.cancel != nil {
-		f.cancel()
-		return true
-	}
-	return st.local.engine().Abort(id)
+	f.cancel()
+	return true
 }
 
-// Stats implements server.Engine: the sum over the DP ranks (remote
-// ranks as of their last heartbeat; counters of the local ranks).
+// Stats implements server.Engine: the sum over the DP ranks as of their
+// leaders' last heartbeats.
 func (h *Head) Stats() core.Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var s core.Stats
 	s.FinishedByReason = map[string]int64{}
+	s.BlockSize, s.MaxModelLen = h.cfg.Spec.Engine.BlockSize, h.cfg.Spec.Engine.MaxModelLen
 	for _, st := range h.ranks {
 		var x core.Stats
-		if st.local != nil {
-			x = st.local.engine().Stats()
+		if st.full != nil {
+			x = *st.full
+			x.Waiting, x.Running = st.stats.Waiting, st.stats.Running
 			s.BlockSize, s.MaxModelLen = x.BlockSize, x.MaxModelLen
 			s.PromptTokens += x.PromptTokens
 			s.GenerationTokens += x.GenerationTokens
@@ -682,8 +679,8 @@ func (h *Head) Stats() core.Stats {
 			}
 		} else {
 			x = st.stats
-			x.NumBlocks = st.numBlocks
 		}
+		x.NumBlocks = st.numBlocks
 		s.Running += x.Running
 		s.Waiting += x.Waiting
 		s.NumBlocks += x.NumBlocks
@@ -694,28 +691,17 @@ func (h *Head) Stats() core.Stats {
 	return s
 }
 
-// Close shuts the group down: headless nodes are told at their next
-// heartbeat (and their lockstep peers stop with the head's ranks), the
-// local ranks stop, and the control plane closes.
+// Close shuts the group down: every rank process and headless node is
+// told "shutdown" at its next heartbeat, the head's rank processes are
+// stopped (SIGTERM, SIGKILL after 5 s) and the control plane closes.
 func (h *Head) Close() error {
 	h.closeOnce.Do(func() {
 		h.mu.Lock()
 		h.closing = true
-		local := h.local
 		h.mu.Unlock()
-		// Let the headless nodes hear "shutdown" once.
-		if h.ln != nil {
-			time.Sleep(min(h.cfg.HeartbeatInterval+200*time.Millisecond, 2*time.Second))
-		}
-		for _, d := range local {
-			done := make(chan struct{})
-			go func() { d.close(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(5 * time.Second):
-				d.abort(errors.New("dp: head shutting down"))
-			}
-		}
+		// Let the ranks hear "shutdown" once.
+		time.Sleep(min(h.cfg.HeartbeatInterval+200*time.Millisecond, 2*time.Second))
+		h.procs.stop(5 * time.Second)
 		h.http.Close()
 	})
 	return nil

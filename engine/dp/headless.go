@@ -49,10 +49,13 @@ type RejectedError struct{ Msg string }
 
 func (e *RejectedError) Error() string { return "the head rejected this node: " + e.Msg }
 
-// RunHeadless runs a headless node until the head shuts the group down
-// (nil), the group fails or the head is unreachable for HeadTimeout (an
-// error naming why), or ctx ends (nil). The caller exits non-zero on an
-// error.
+// RunHeadless runs a headless node: it joins its DP ranks at the head and
+// starts one process per device rank (RunRank), whose TP leaders report
+// ready, heartbeat and serve the head's requests themselves. It runs until
+// the head shuts the group down (nil), the group fails, a rank process
+// fails or the head is unreachable for HeadTimeout (an error naming why),
+// or ctx ends (nil); its rank processes are stopped before it returns. The
+// caller exits non-zero on an error.
 func RunHeadless(ctx context.Context, cfg HeadlessConfig) error {
 	if cfg.Local < 1 {
 		return errors.New("dp: --data-parallel-size-local must be > 0 in headless mode")
@@ -126,8 +129,11 @@ func RunHeadless(ctx context.Context, cfg HeadlessConfig) error {
 		cfg.Spec.Comm.InitTimeout = DefaultStartTimeout
 	}
 
-	// Heartbeat while loading, so that the head sees the node alive.
-	hb := &heartbeater{cfg: cfg, client: client, url: base + PathHeartbeat, beat: time.Duration(join.HeartbeatMS) * time.Millisecond, ranks: make(chan []*dpRank, 1)}
+	// The node's own heartbeats carry no ranks (each DP rank's leader
+	// process reports its load): they tell the node when the head shuts
+	// the group down, fails it or is gone.
+	hb := &heartbeater{cfg: cfg, client: client, url: base + PathHeartbeat, beat: time.Duration(join.HeartbeatMS) * time.Millisecond,
+		ranks: make(chan []*dpRank, 1), nodeOnly: true}
 	if hb.beat <= 0 {
 		hb.beat = DefaultHeartbeatInterval
 	}
@@ -136,103 +142,36 @@ func RunHeadless(ctx context.Context, cfg HeadlessConfig) error {
 	hbDone := make(chan error, 1)
 	go func() { hbDone <- hb.run(hbCtx) }()
 
-	type started struct {
-		ranks []*dpRank
-		err   error
-	}
-	startCh := make(chan started, 1)
-	go func() {
-		rs, err := startRanks(cfg.Spec, ri, cfg.Start, cfg.Local)
-		startCh <- started{rs, err}
-	}()
-	var ranks []*dpRank
-	select {
-	case s := <-startCh:
-		if s.err != nil {
-			return fmt.Errorf("dp: starting DP ranks %d..%d: %w", cfg.Start, cfg.Start+cfg.Local-1, s.err)
-		}
-		ranks = s.ranks
-	case err := <-hbDone:
-		return err
-	case <-ctx.Done():
-		return nil
-	}
-	hb.setRanks(ranks)
-	stop := func(reason error) {
-		for _, d := range ranks {
-			d.abort(reason)
-		}
-		done := make(chan struct{})
-		go func() {
-			for _, d := range ranks {
-				d.close()
-			}
-			close(done)
-		}()
-		select {
-		case <-done:
-		case <-time.After(3 * time.Second):
-		}
-	}
-
-	// The request server.
-	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, "0"))
+	procs, err := spawnRanks(cfg.Spec.Topology, cfg.Start, cfg.Local, RankRole{WorldRootInfo: ri.String(), Coordinator: base,
+		Node: cfg.Node, Host: cfg.Host, HeartbeatMS: int(hb.beat / time.Millisecond)})
 	if err != nil {
-		stop(err)
-		return fmt.Errorf("dp: request server on %s: %w", cfg.Host, err)
+		return err
 	}
-	mux := http.NewServeMux()
-	byRank := map[int]*dpRank{}
-	for _, d := range ranks {
-		byRank[d.dp] = d
-	}
-	mux.HandleFunc("POST "+PathGenerate, func(w http.ResponseWriter, r *http.Request) {
-		d, err := strconv.Atoi(r.URL.Query().Get("dp_rank"))
-		rank := byRank[d]
-		if err != nil || rank == nil {
-			http.Error(w, fmt.Sprintf("node %s has no DP rank %q", cfg.Node, r.URL.Query().Get("dp_rank")), http.StatusNotFound)
-			return
-		}
-		serveGenerate(w, r, rank.engine())
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
-	defer srv.Close()
-	for _, d := range ranks {
-		ep := "http://" + ln.Addr().String()
-		req := ReadyRequest{DPRank: d.dp, NumBlocks: d.engine().Stats().NumBlocks, SettingsHash: cfg.Settings.Hash(), Endpoint: ep}
-		if err := post(ctx, client, base+PathReady, req, nil); err != nil {
-			stop(err)
-			return fmt.Errorf("dp: reporting DP rank %d ready: %w", d.dp, err)
-		}
-	}
-	logf("DP ranks %d..%d ready; serving requests from the head on %s", cfg.Start, cfg.Start+cfg.Local-1, ln.Addr())
-
-	rankDone := make(chan *dpRank, len(ranks))
-	for _, d := range ranks {
-		go func(d *dpRank) { <-d.ranks[0].Done(); rankDone <- d }(d)
-	}
+	logf("Started %d rank processes for DP ranks %d..%d (TP %d each)", cfg.Local*cfg.Spec.Topology.TP, cfg.Start, cfg.Start+cfg.Local-1, cfg.Spec.Topology.TP)
 	select {
 	case err := <-hbDone:
-		stop(errors.New("dp: leaving the group"))
+		procs.stop(3 * time.Second)
 		return err
-	case d := <-rankDone:
-		err := d.engine().Err()
-		stop(errors.New("dp: a local rank stopped"))
-		if err == nil {
-			logf("DP rank %d stopped: the group shut down", d.dp)
+	case e := <-procs.exited:
+		if e.err == nil && e.report == nil {
+			// A rank that ends cleanly heard the group shut down.
+			procs.stop(3 * time.Second)
+			logf("DP rank %d TP rank %d stopped: the group shut down", e.dp, e.tp)
 			return nil
 		}
-		return fmt.Errorf("DP rank %d stopped: %w", d.dp, err)
+		procs.stop(0)
+		return fmt.Errorf("DP rank %d stopped: %w", e.dp, e.describe())
 	case <-ctx.Done():
-		stop(errors.New("dp: headless node interrupted"))
+		procs.stop(3 * time.Second)
 		return nil
 	}
 }
 
 // serveGenerate runs one request on eng and streams its outputs; a
-// client that goes away aborts it.
-func serveGenerate(w http.ResponseWriter, r *http.Request, eng *core.Engine) {
+// client that goes away aborts it. An output that ends the request
+// because the engine failed carries the failure and the DP rank blame
+// names, so that the head fails the group before it answers.
+func serveGenerate(w http.ResponseWriter, r *http.Request, eng *core.Engine, blame func(error) int) {
 	var req core.Request
 	if err := json.NewDecoder(io.LimitReader(r.Body, 256<<20)).Decode(&req); err != nil {
 		http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
@@ -253,7 +192,14 @@ func serveGenerate(w http.ResponseWriter, r *http.Request, eng *core.Engine) {
 			if !ok {
 				return
 			}
-			if err := enc.Encode(toWire(o)); err != nil {
+			wo := toWire(o)
+			if o.Finished && o.FinishReason == "error" {
+				if err := eng.Err(); err != nil {
+					wo.RankFailed, wo.Blame = true, blame(err)
+					wo.Err = err.Error()
+				}
+			}
+			if err := enc.Encode(wo); err != nil {
 				eng.Abort(req.ID)
 				for range ch {
 				}
@@ -282,6 +228,9 @@ type heartbeater struct {
 	url    string
 	beat   time.Duration
 	ranks  chan []*dpRank
+	// nodeOnly: report no ranks (a node's main process, whose ranks'
+	// leaders heartbeat themselves).
+	nodeOnly bool
 }
 
 func (hb *heartbeater) setRanks(rs []*dpRank) {
@@ -306,9 +255,9 @@ func (hb *heartbeater) run(ctx context.Context) error {
 		req := HeartbeatRequest{Node: hb.cfg.Node}
 		for _, d := range ranks {
 			s := d.engine().Stats()
-			req.Ranks = append(req.Ranks, RankLoad{DPRank: d.dp, Waiting: s.Waiting, Running: s.Running})
+			req.Ranks = append(req.Ranks, RankLoad{DPRank: d.dp, Waiting: s.Waiting, Running: s.Running, Stats: &s})
 		}
-		if ranks == nil {
+		if ranks == nil && !hb.nodeOnly {
 			for i := 0; i < hb.cfg.Local; i++ {
 				req.Ranks = append(req.Ranks, RankLoad{DPRank: hb.cfg.Start + i})
 			}

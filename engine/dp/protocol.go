@@ -54,8 +54,10 @@ type ReadyRequest struct {
 	DPRank       int    `json:"dp_rank"`
 	NumBlocks    int    `json:"num_blocks"`
 	SettingsHash string `json:"settings_hash"`
-	// Endpoint is the base URL of the node's request server.
+	// Endpoint is the base URL of the rank's request server.
 	Endpoint string `json:"endpoint"`
+	// Stats are the rank's engine statistics at start (capacity).
+	Stats *core.Stats `json:"stats,omitempty"`
 }
 
 // RankLoad is one DP rank's queue lengths.
@@ -63,9 +65,13 @@ type RankLoad struct {
 	DPRank  int `json:"dp_rank"`
 	Waiting int `json:"waiting"`
 	Running int `json:"running"`
+	// Stats are the rank's engine statistics (counters included), sent
+	// by its TP leader's process.
+	Stats *core.Stats `json:"stats,omitempty"`
 }
 
-// HeartbeatRequest is a node's periodic report.
+// HeartbeatRequest is a node's or a rank's periodic report (a node's
+// main process sends no Ranks: its ranks' leaders report their loads).
 type HeartbeatRequest struct {
 	Node  string     `json:"node"`
 	Ranks []RankLoad `json:"ranks"`
@@ -90,6 +96,9 @@ type RankStatus struct {
 	Running   int    `json:"running"`
 	// Routed counts the requests the head sent to the rank.
 	Routed int64 `json:"routed"`
+	// PIDs are the process ids of the rank's TP ranks, by TP rank (the
+	// head's own DP ranks only).
+	PIDs []int `json:"pids,omitempty"`
 }
 
 // GroupStatus is the answer of GET /v1/dp/status on the head.
@@ -123,6 +132,10 @@ type wireOutput struct {
 	EOS          bool
 	Time         time.Time
 	Metrics      *core.Metrics
+	// RankFailed: the rank's engine failed; Blame is the DP rank its
+	// failure points at (the head fails the group blaming it).
+	RankFailed bool
+	Blame      int
 }
 
 func toWire(o core.Output) wireOutput {

@@ -1,9 +1,7 @@
 package dp
 
 import (
-	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/npuserve/npuserve/engine/config"
@@ -13,9 +11,8 @@ import (
 	"github.com/npuserve/npuserve/hccl"
 )
 
-// RankSpec says how a node starts its device ranks (one goroutine per
-// device rank on the CPU backend; every DP rank's TP group lives on one
-// node).
+// RankSpec says how a node starts its device ranks (one OS process per
+// device rank, see RunRank; every DP rank's TP group lives on one node).
 type RankSpec struct {
 	Topology worker.Topology
 	// The model: a checkpoint directory, or random weights (Random).
@@ -36,7 +33,8 @@ type RankSpec struct {
 	Comm hccl.Options
 }
 
-// dpRank is one local DP rank: its TP ranks, leader first.
+// dpRank is a DP rank as its TP leader's process sees it: the leader's
+// worker rank (ranks[0]) and communicators.
 type dpRank struct {
 	dp     int
 	ranks  []*worker.Rank
@@ -65,85 +63,35 @@ func (d *dpRank) close() {
 	}
 }
 
-// startRanks starts DP ranks [start, start+local) of spec's topology on
-// this node: every device rank joins the world communicator of ri, builds
-// its groups and loads its share of the model. All device ranks of the
-// deployment must start for any Init to return; a failure aborts the
-// ranks already up.
-func startRanks(spec RankSpec, ri hccl.RootInfo, start, local int) ([]*dpRank, error) {
+// startRank starts device rank (dp, tp) of spec's topology in this
+// process: it joins the world communicator of ri, builds its groups and
+// loads its share of the model. Every device rank of the deployment must
+// start for any Init to return.
+func startRank(spec RankSpec, ri hccl.RootInfo, dp, tp int) (*worker.Rank, *worker.Groups, error) {
 	topo := spec.Topology
-	size := topo.Size()
-	out := make([]*dpRank, local)
-	for i := range out {
-		out[i] = &dpRank{dp: start + i, ranks: make([]*worker.Rank, topo.TP), groups: make([]*worker.Groups, topo.TP)}
-	}
 	threads := spec.Threads
 	if threads <= 0 {
 		threads = 1
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
-	abortAll := func(err error) {
-		for _, d := range out {
-			for _, g := range d.groups {
-				if g != nil {
-					g.Abort(err)
-				}
-			}
-		}
+	o := spec.Comm
+	o.Name = "world"
+	world, err := hccl.Init(ri, dp*topo.TP+tp, topo.Size(), o)
+	if err != nil {
+		return nil, nil, fmt.Errorf("DP rank %d TP rank %d: joining the world communicator: %w", dp, tp, err)
 	}
-	for i := range out {
-		for t := 0; t < topo.TP; t++ {
-			wg.Add(1)
-			go func(d *dpRank, t int) {
-				defer wg.Done()
-				g := d.dp*topo.TP + t
-				fail := func(err error) {
-					mu.Lock()
-					errs = append(errs, err)
-					abortAll(err)
-					mu.Unlock()
-				}
-				o := spec.Comm
-				o.Name = "world"
-				world, err := hccl.Init(ri, g, size, o)
-				if err != nil {
-					fail(fmt.Errorf("DP rank %d TP rank %d: joining the world communicator: %w", d.dp, t, err))
-					return
-				}
-				groups, err := worker.Join(world, topo, worker.JoinOptions{ListenHost: spec.ListenHost, Comm: spec.Comm})
-				if err != nil {
-					world.Close()
-					fail(fmt.Errorf("DP rank %d TP rank %d: %w", d.dp, t, err))
-					return
-				}
-				mu.Lock()
-				d.groups[t] = groups
-				mu.Unlock()
-				r, err := worker.Start(worker.Config{Topology: topo, DPRank: d.dp, TPRank: t, Groups: groups,
-					ModelDir: spec.ModelDir, Load: spec.Load, Random: spec.Random, RandomDType: spec.RandomDType, Seed: spec.Seed,
-					Threads: threads, Engine: spec.Engine, IdleWait: spec.IdleWait})
-				if err != nil {
-					fail(fmt.Errorf("DP rank %d TP rank %d: %w", d.dp, t, err))
-					return
-				}
-				mu.Lock()
-				d.ranks[t] = r
-				mu.Unlock()
-			}(out[i], t)
-		}
+	groups, err := worker.Join(world, topo, worker.JoinOptions{ListenHost: spec.ListenHost, Comm: spec.Comm})
+	if err != nil {
+		world.Close()
+		return nil, nil, fmt.Errorf("DP rank %d TP rank %d: %w", dp, tp, err)
 	}
-	wg.Wait()
-	if len(errs) > 0 {
-		for _, d := range out {
-			for _, r := range d.ranks {
-				if r != nil {
-					go r.Close()
-				}
-			}
-		}
-		return nil, errors.Join(errs...)
+	r, err := worker.Start(worker.Config{Topology: topo, DPRank: dp, TPRank: tp, Groups: groups,
+		ModelDir: spec.ModelDir, Load: spec.Load, Random: spec.Random, RandomDType: spec.RandomDType, Seed: spec.Seed,
+		Threads: threads, Engine: spec.Engine, IdleWait: spec.IdleWait})
+	if err != nil {
+		err = fmt.Errorf("DP rank %d TP rank %d: %w", dp, tp, err)
+		groups.Abort(err)
+		groups.Close()
+		return nil, nil, err
 	}
-	return out, nil
+	return r, groups, nil
 }
