@@ -782,7 +782,7 @@ func BenchmarkEngineDecode(b *testing.B) {
 	}
 	m := glm5next.NewRandom(cpu.New(0), cfg, dtype, 1)
 	defer m.Close()
-	for _, batch := range []int{8, 64} {
+	for _, batch := range []int{1, 8, 64} {
 		b.Run(fmt.Sprint("batch=", batch), func(b *testing.B) {
 			const prompt = 16
 			steps := b.N
