@@ -117,31 +117,6 @@ func attnFloat(name string, t *npu.Tensor) {
 	}
 }
 
-// attnRows returns rows [lo, hi) of a float tensor with rows of size n as
-// fp32: a view of t's memory for F32, else the rows converted into scratch
-// (which must hold (hi-lo)*n values).
-func attnRows(t *npu.Tensor, n, lo, hi int, scratch []float32) []float32 {
-	switch t.DType() {
-	case npu.F32:
-		return F32(t)[lo*n : hi*n]
-	case npu.BF16:
-		src := U16(t)[lo*n : hi*n]
-		dst := scratch[:len(src)]
-		for i, h := range src {
-			dst[i] = npu.BF16ToF32(h)
-		}
-		return dst
-	case npu.F16:
-		src := U16(t)[lo*n : hi*n]
-		dst := scratch[:len(src)]
-		for i, h := range src {
-			dst[i] = npu.F16ToF32(h)
-		}
-		return dst
-	}
-	panic(fmt.Sprintf("cpu: want a float tensor, got %v", t))
-}
-
 // attnGatherRows converts rows idx[j] (each of size n) of a float tensor into
 // dst[j*n:], for every j.
 func attnGatherRows(t *npu.Tensor, n int, idx []int32, dst []float32) {
@@ -189,7 +164,7 @@ func attnVector(name string, t *npu.Tensor, n int) []float32 {
 	if t.Numel() != n {
 		panic(fmt.Sprintf("cpu: %s has %d elements, want %d (%v)", name, t.Numel(), n, t))
 	}
-	return attnRows(t, n, 0, 1, make([]float32, n))
+	return rowF32(t, 0, n, make([]float32, n))
 }
 
 // attnExp is exp in float64, rounded to fp32.

@@ -31,8 +31,8 @@ func (be *Backend) HCPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, 
 		panic(fmt.Sprintf("cpu: HCPre outputs collapsed %v post %v comb %v for x %v", collapsed, post, comb, x))
 	}
 	xs, cs, ps, ms := F32(x), F32(collapsed), F32(post), F32(comb)
-	bs := mdlFloats(base)
-	sc := mdlFloats(scale)
+	bs := weightF32(base)
+	sc := weightF32(scale)
 	nD := n * D
 	eps := p.Eps
 	// The mixing logits of every token in one (SIMD) matmul; the RMS
@@ -56,8 +56,8 @@ func (be *Backend) HCPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, 
 				m[k] *= r
 			}
 			for i := range n {
-				pre[i] = mdlSigmoid(m[i]*sc[0]+bs[i]) + eps
-				ps[t*n+i] = 2 * mdlSigmoid(m[n+i]*sc[1]+bs[n+i])
+				pre[i] = sigmoid32(m[i]*sc[0]+bs[i]) + eps
+				ps[t*n+i] = 2 * sigmoid32(m[n+i]*sc[1]+bs[n+i])
 			}
 			for k := range n * n {
 				z[k] = m[2*n+k]*sc[2] + bs[2*n+k]
@@ -195,9 +195,6 @@ func (be *Backend) HCMean(out, x *npu.Tensor) {
 	})
 }
 
-// mdlSigmoid is the logistic function in float32 precision.
-func mdlSigmoid(v float32) float32 { return float32(1 / (1 + math.Exp(-float64(v)))) }
-
 // mdlDot64 is the dot product of a and b accumulated in float64, for the small
 // projections whose results feed discrete choices (mHC mixing, routing).
 func mdlDot64(a, b []float32) float64 {
@@ -214,42 +211,4 @@ func mdlDot64(a, b []float32) float64 {
 		s0 += float64(a[i]) * float64(b[i])
 	}
 	return (s0 + s1) + (s2 + s3)
-}
-
-// mdlFloats returns t's elements as float32: the tensor's own memory when it
-// is F32, else a converted copy (BF16, F16 weights and parameters).
-func mdlFloats(t *npu.Tensor) []float32 {
-	switch t.DType() {
-	case npu.F32:
-		return F32(t)
-	case npu.BF16, npu.F16:
-		out := make([]float32, t.Numel())
-		mdlRow(out, t, 0, t.Numel())
-		return out
-	}
-	panic(fmt.Sprintf("cpu: want a float tensor, got %v", t))
-}
-
-// mdlRow widens elements [off, off+len(dst)) of a F32, BF16 or F16
-// tensor into dst and returns dst (or, for F32, a slice of t's memory).
-func mdlRow(dst []float32, t *npu.Tensor, off, n int) []float32 {
-	switch t.DType() {
-	case npu.F32:
-		return F32(t)[off : off+n]
-	case npu.BF16:
-		src := U16(t)[off : off+n]
-		dst = dst[:n]
-		for i, b := range src {
-			dst[i] = math.Float32frombits(uint32(b) << 16)
-		}
-		return dst
-	case npu.F16:
-		src := U16(t)[off : off+n]
-		dst = dst[:n]
-		for i, b := range src {
-			dst[i] = npu.F16ToF32(b)
-		}
-		return dst
-	}
-	panic(fmt.Sprintf("cpu: want a float tensor, got %v", t))
 }

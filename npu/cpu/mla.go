@@ -211,7 +211,7 @@ func (w *mlaWork) absorbed(a *mlaArgs, r0, r1, h0, h1 int) {
 	// q̃[t,h] = W_UK[h]ᵀ q[t,h].
 	for hh := 0; hh < hg; hh++ {
 		h := h0 + hh
-		wk := attnRows(a.kvB, R, h*(dk+dv), h*(dk+dv)+dk, w.wk)
+		wk := rowF32(a.kvB, h*(dk+dv)*R, dk*R, w.wk)
 		if rows == 1 {
 			dst := qt[hh*R : (hh+1)*R]
 			clear(dst)
@@ -285,7 +285,7 @@ func (w *mlaWork) absorbed(a *mlaArgs, r0, r1, h0, h1 int) {
 	// out[t,h] = W_UV[h] z[t,h].
 	for hh := 0; hh < hg; hh++ {
 		h := h0 + hh
-		wv := attnRows(a.kvB, R, h*(dk+dv)+dk, (h+1)*(dk+dv), w.wv)
+		wv := rowF32(a.kvB, (h*(dk+dv)+dk)*R, dv*R, w.wv)
 		attnNT(rows, dv, R, z[hh*R:], hg*R, wv, R, nil, a.out[r0*H*dv+h*dv:], H*dv, false)
 	}
 }
@@ -328,7 +328,7 @@ func (be *Backend) mlaExpanded(a *mlaArgs, r0, r1 int) {
 		wbuf = make([]float32, (dk+dv)*R)
 	}
 	for h := 0; h < H; h++ {
-		wh := attnRows(a.kvB, R, h*(dk+dv), (h+1)*(dk+dv), wbuf)
+		wh := rowF32(a.kvB, h*(dk+dv)*R, (dk+dv)*R, wbuf)
 		be.parallelFor(U, 16, func(lo, hi int) {
 			attnNT(hi-lo, dk+dv, R, lat[lo*R:], R, wh, R, nil, kv[lo*(dk+dv):], dk+dv, false)
 		})

@@ -26,8 +26,8 @@ func (be *Backend) Router(weights, ids, x, gate, bias *npu.Tensor, p npu.RouterP
 		panic(fmt.Sprintf("cpu: Router outputs weights %v ids %v for %d tokens top-%d", weights, ids, T, k))
 	}
 	xs, ws, is := F32(x), F32(weights), I32(ids)
-	gw := mdlFloats(gate)
-	bs := mdlFloats(bias)
+	gw := weightF32(gate)
+	bs := weightF32(bias)
 	per := E / ng
 	be.parallelFor(T, 8, func(lo, hi int) {
 		s := make([]float32, E)
@@ -38,7 +38,7 @@ func (be *Backend) Router(weights, ids, x, gate, bias *npu.Tensor, p npu.RouterP
 		for t := lo; t < hi; t++ {
 			xt := xs[t*D : (t+1)*D]
 			for e := range E {
-				s[e] = mdlSigmoid(float32(mdlDot64(gw[e*D:(e+1)*D], xt)))
+				s[e] = sigmoid32(float32(mdlDot64(gw[e*D:(e+1)*D], xt)))
 				sb[e] = s[e] + bs[e]
 			}
 			if ng > 1 && p.TopKGroup < ng {
@@ -224,7 +224,7 @@ func (be *Backend) moeDispatch(op string, out, x, weights, ids *npu.Tensor, k, E
 				for i := range o {
 					gv := min(g[i], lim)
 					uv := max(min(u[i], lim), -lim)
-					o[i] = gv * mdlSigmoid(gv) * uv
+					o[i] = gv * sigmoid32(gv) * uv
 				}
 			}
 		})

@@ -263,7 +263,7 @@ func TestMoEQ(t *testing.T) {
 				act := make([]float32, I)
 				for i := range act {
 					g, u := min(hv[i], 7), max(min(hv[I+i], 7), -7)
-					act[i] = g * mdlSigmoid(g) * u
+					act[i] = g * sigmoid32(g) * u
 				}
 				y := be.Alloc(npu.F32, 1, D)
 				be.MatMulQ(y, f32Tensor(be, act, 1, I), expert(dn, e))
