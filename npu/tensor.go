@@ -66,12 +66,14 @@ func (t *Tensor) Buffer() Buffer { return t.buf }
 // Offset is the byte offset of element 0 in the buffer.
 func (t *Tensor) Offset() int { return t.offset }
 
-// RowSize is the number of elements per index of dimension 0.
+// RowSize is the number of elements per index of dimension 0 (the product
+// of the other dimensions, also when dimension 0 is empty).
 func (t *Tensor) RowSize() int {
-	if len(t.shape) == 0 {
-		return 1
+	n := 1
+	for _, d := range t.shape[min(1, len(t.shape)):] {
+		n *= d
 	}
-	return t.Numel() / t.shape[0]
+	return n
 }
 
 // Rows returns the view of rows [lo, hi) along dimension 0.

@@ -147,16 +147,6 @@ func attnGatherRows(t *npu.Tensor, n int, idx []int32, dst []float32) {
 	}
 }
 
-// attnRowSize is the number of elements per index of t's first dimension
-// (the product of the other dimensions; also for an empty first dimension).
-func attnRowSize(t *npu.Tensor) int {
-	n := 1
-	for _, d := range t.Shape()[min(1, t.Rank()):] {
-		n *= d
-	}
-	return n
-}
-
 // attnVector returns the n elements of a float tensor (a bias or per-head
 // parameter vector) as fp32.
 func attnVector(name string, t *npu.Tensor, n int) []float32 {

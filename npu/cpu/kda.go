@@ -26,7 +26,7 @@ func (be *Backend) KDAGate(g, f, dtBias, aLog *npu.Tensor, p npu.KDAGateParams) 
 		panic(fmt.Sprintf("cpu: KDAGate head dim %d, %d heads", K, H))
 	}
 	HK := H * K
-	if f.Numel()%HK != 0 || g.Numel() != f.Numel() || attnRowSize(f) != HK {
+	if f.Numel()%HK != 0 || g.Numel() != f.Numel() || f.RowSize() != HK {
 		panic(fmt.Sprintf("cpu: KDAGate f %v, g %v for %d heads of %d", f, g, H, K))
 	}
 	fs, gs := F32(f), F32(g)
@@ -112,7 +112,7 @@ func (be *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout
 	T := seqs.Rows()
 	HK := H * K
 	switch {
-	case qkv.Numel() != T*3*HK || attnRowSize(qkv) != 3*HK:
+	case qkv.Numel() != T*3*HK || qkv.RowSize() != 3*HK:
 		panic(fmt.Sprintf("cpu: KDA qkv %v, want [%d, %d]", qkv, T, 3*HK))
 	case g.Numel() != T*HK:
 		panic(fmt.Sprintf("cpu: KDA g %v, want [%d, %d]", g, T, HK))
@@ -120,7 +120,7 @@ func (be *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout
 		panic(fmt.Sprintf("cpu: KDA beta %v, want [%d, %d]", beta, T, H))
 	case out.Numel() != T*H*V:
 		panic(fmt.Sprintf("cpu: KDA out %v, want [%d, %d]", out, T, H*V))
-	case state.Rank() < 1 || attnRowSize(state) != H*K*V:
+	case state.Rank() < 1 || state.RowSize() != H*K*V:
 		panic(fmt.Sprintf("cpu: KDA state %v, want [slots, %d, %d, %d]", state, H, K, V))
 	}
 	a := &kdaArgs{
