@@ -9,8 +9,9 @@ import (
 
 	"github.com/mattn/go-isatty"
 	"github.com/npuserve/npuserve/engine/config"
+	"github.com/npuserve/npuserve/engine/core"
 	"github.com/npuserve/npuserve/engine/model/glm5next"
-	"github.com/npuserve/npuserve/engine/runner"
+	"github.com/npuserve/npuserve/engine/sampling"
 	"github.com/npuserve/npuserve/engine/tokenizer"
 	"github.com/npuserve/npuserve/npu/cpu"
 	"github.com/sirupsen/logrus"
@@ -100,33 +101,15 @@ func runGenerate(c *cli.Context) error {
 	if err != nil {
 		return runError("%v", err)
 	}
-	stops := []int32{}
-	if !c.Bool("ignore-eos") {
-		eos := gen.EOSTokenID
-		if len(eos) == 0 {
-			eos = m.Config().EOSTokenID
-		}
-		for _, id := range eos {
-			stops = append(stops, int32(id))
-		}
+	eos := gen.EOSTokenID
+	if len(eos) == 0 {
+		eos = m.Config().EOSTokenID
 	}
-	outs, err := runner.Generate(m, []runner.Request{{
-		Prompt:       ids,
-		MaxNewTokens: c.Int("max-tokens"),
-		Temperature:  c.Float64("temperature"),
-		Seed:         c.Uint64("seed"),
-	}}, runner.Options{ChunkSize: c.Int("chunk-size"), StopTokens: stops})
+	out, finish, err := generateOne(m, ids, eos, c)
 	if err != nil {
 		return runError("%v", err)
 	}
-	res := generateResult{PromptTokenIDs: ids, TokenIDs: outs[0], FinishReason: "length"}
-	if n := len(res.TokenIDs); n > 0 {
-		for _, s := range stops {
-			if res.TokenIDs[n-1] == s {
-				res.FinishReason = "stop"
-			}
-		}
-	}
+	res := generateResult{PromptTokenIDs: ids, TokenIDs: out, FinishReason: finish}
 	if res.TokenIDs == nil {
 		res.TokenIDs = []int32{}
 	}
@@ -180,4 +163,51 @@ func joinIDs(ids []int32) string {
 		parts[i] = strconv.Itoa(int(id))
 	}
 	return strings.Join(parts, ",")
+}
+
+// generateOne runs one request through the serving engine (scheduler,
+// chunked prefill, samplers, stop rules): the path `npuserve serve` uses.
+func generateOne(m *glm5next.Model, prompt []int32, eos []int, c *cli.Context) ([]int32, string, error) {
+	maxTokens := c.Int("max-tokens")
+	if maxTokens == 0 {
+		return []int32{}, "length", nil
+	}
+	p := sampling.DefaultParams()
+	p.Temperature = sampling.Ptr(c.Float64("temperature"))
+	p.Seed = sampling.Ptr(c.Uint64("seed"))
+	p.MaxTokens = sampling.Ptr(maxTokens)
+	p.IgnoreEOS = c.Bool("ignore-eos")
+	ids := make([]int32, len(eos))
+	for i, id := range eos {
+		ids[i] = int32(id)
+	}
+	const block = core.DefaultBlockSize
+	total := len(prompt) + maxTokens
+	e, err := core.New(m, core.Options{
+		MaxNumSeqs:          1,
+		MaxNumBatchedTokens: c.Int("chunk-size"),
+		MaxModelLen:         total,
+		NumBlocks:           (total+block-1)/block + 1,
+		EOSTokenIDs:         ids,
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	defer e.Close()
+	ch, err := e.Add(&core.Request{ID: "generate", PromptTokens: prompt, Params: p})
+	if err != nil {
+		return nil, "", err
+	}
+	out := []int32{}
+	finish := "length"
+	for o := range ch {
+		out = append(out, o.Tokens...)
+		if o.Finished {
+			if o.Err != nil {
+				return nil, "", o.Err
+			}
+			finish = o.FinishReason
+		}
+	}
+	return out, finish, nil
 }

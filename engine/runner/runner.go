@@ -1,9 +1,10 @@
-// Package runner is a simple offline generation loop over the glm5next
+// Package runner is a minimal offline generation loop over the glm5next
 // model: it admits requests into a paged cache, prefills their prompts in
 // chunks and decodes them step by step, batching every active sequence into
-// one forward per step. It is the engine's reference loop (npuserve
-// generate, tests); the serving engine's scheduler replaces it with
-// preemption, token budgets and streaming.
+// one forward per step. It is deliberately simpler than engine/core (no
+// preemption, budgets or streaming) so tests can use it as an independent
+// reference for the engine and the parity checks; `npuserve generate` runs
+// through engine/core like the server.
 package runner
 
 import (
