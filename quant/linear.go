@@ -68,8 +68,8 @@ func QuantizeLinear(w []float32, n, k int, s Scheme, opt LinearOptions) ([]Tenso
 		}
 		out := []Tensor{
 			{"weight", npu.I8, []int{n, k}, int8Bytes(q)},
-			{"weight_scale", pdt, []int{n, 1}, EncodeFloats(wscale, pdt)},
-			{"weight_offset", pdt, []int{n, 1}, EncodeFloats(make([]float32, n), pdt)},
+			{"weight_scale", pdt, []int{n, 1}, npu.EncodeFloats(wscale, pdt)},
+			{"weight_offset", pdt, []int{n, 1}, npu.EncodeFloats(make([]float32, n), pdt)},
 		}
 		if s == W8A8Dynamic {
 			return out, nil
@@ -89,12 +89,12 @@ func QuantizeLinear(w []float32, n, k int, s Scheme, opt LinearOptions) ([]Tenso
 			qbias[r] = -ap.Offset * sum
 			deq[r] = inScale * wscale[r]
 		}
-		deqT := Tensor{"deq_scale", npu.F32, []int{n}, EncodeFloats(deq, npu.F32)}
+		deqT := Tensor{"deq_scale", npu.F32, []int{n}, npu.EncodeFloats(deq, npu.F32)}
 		if pdt == npu.F16 {
 			deqT = Tensor{"deq_scale", npu.I64, []int{n}, deqScaleI64(deq)}
 		}
 		return append(out,
-			Tensor{"input_scale", pdt, []int{1}, EncodeFloats([]float32{inScale}, pdt)},
+			Tensor{"input_scale", pdt, []int{1}, npu.EncodeFloats([]float32{inScale}, pdt)},
 			Tensor{"input_offset", npu.I8, []int{1}, []byte{byte(int8(ap.Offset))}},
 			Tensor{"quant_bias", npu.I32, []int{n}, int32Bytes(qbias)},
 			deqT,
@@ -130,46 +130,19 @@ func RoundTo(f float32, dt npu.DType) float32 {
 	return f
 }
 
-// EncodeFloats writes f as little-endian elements of dt (F32, BF16 or F16,
-// rounding to nearest even).
-func EncodeFloats(f []float32, dt npu.DType) []byte {
-	out := make([]byte, len(f)*dt.Size())
-	for i, v := range f {
-		switch dt {
-		case npu.F32:
-			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
-		case npu.BF16:
-			binary.LittleEndian.PutUint16(out[2*i:], npu.F32ToBF16(v))
-		case npu.F16:
-			binary.LittleEndian.PutUint16(out[2*i:], npu.F32ToF16(v))
-		default:
-			panic(fmt.Sprintf("quant: EncodeFloats to %v", dt))
-		}
-	}
-	return out
-}
-
 // DecodeFloats reads little-endian F32, BF16 or F16 elements, and I64
 // deq_scale values (float32 bits in the low 32 bits, as msmodelslim
 // writes deq_scale for F16 models).
 func DecodeFloats(b []byte, dt npu.DType) ([]float32, error) {
-	if sz := dt.Size(); sz == 0 || len(b)%sz != 0 {
+	if dt != npu.I64 {
+		return npu.DecodeFloats(b, dt)
+	}
+	if len(b)%8 != 0 {
 		return nil, fmt.Errorf("quant: %d bytes are not %v elements", len(b), dt)
 	}
-	out := make([]float32, len(b)/dt.Size())
+	out := make([]float32, len(b)/8)
 	for i := range out {
-		switch dt {
-		case npu.F32:
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-		case npu.BF16:
-			out[i] = npu.BF16ToF32(binary.LittleEndian.Uint16(b[2*i:]))
-		case npu.F16:
-			out[i] = npu.F16ToF32(binary.LittleEndian.Uint16(b[2*i:]))
-		case npu.I64:
-			out[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint64(b[8*i:])))
-		default:
-			return nil, fmt.Errorf("quant: cannot read %v as floats", dt)
-		}
+		out[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint64(b[8*i:])))
 	}
 	return out, nil
 }

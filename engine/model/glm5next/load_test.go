@@ -50,7 +50,7 @@ func writeCheckpoint(t *testing.T, dir string, cfg *config.ModelConfig, cfgJSON 
 	}
 	var out []safetensors.WriteTensor
 	add := func(canonical string, v []float32, shape ...int) {
-		w := safetensors.WriteTensor{Name: name(canonical), DType: dt, Shape: shape, Data: encode(v, dt)}
+		w := safetensors.WriteTensor{Name: name(canonical), DType: dt, Shape: shape, Data: npu.EncodeFloats(v, dt)}
 		if mutate != nil {
 			mutate(&w)
 		}

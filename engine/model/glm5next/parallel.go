@@ -600,7 +600,7 @@ func (m *Model) epExperts(x *npu.Tensor, w *moeWeights, ids []int32, wts []float
 	}
 	sw := m.ws.get("ep.sendw", npu.F32, np)
 	if np > 0 {
-		be.Upload(sw, f32Bytes(sendW))
+		be.Upload(sw, npu.EncodeFloats(sendW, npu.F32))
 	}
 	rw := m.ws.get("ep.recvw", npu.F32, N)
 	if err := p.EP.AllToAllV(rw, outCounts, sw, inCounts); err != nil {

@@ -475,7 +475,7 @@ func produce(ck *safetensors.Checkpoint, o outTensor, pdt npu.DType, ranges map[
 			if err != nil {
 				return nil, err
 			}
-			data = quant.EncodeFloats(f, o.dt)
+			data = npu.EncodeFloats(f, o.dt)
 		}
 		return []safetensors.WriteTensor{{Name: o.name, DType: o.dt, Shape: o.shape, Data: data}}, nil
 	}

@@ -132,13 +132,13 @@ func (a *assembler) uploadQuant(hq *hostQuant, E int) *npu.QuantWeight {
 	case quant.W8A8Dynamic:
 		w.Scheme = npu.QW8A8Dynamic
 		w.Weight = own(a.be.FromHost(npu.I8, hq.weight, append(lead, hq.k)...))
-		w.Scale = own(a.be.FromHost(npu.F32, f32Bytes(hq.scale), lead...))
+		w.Scale = own(a.be.FromHost(npu.F32, npu.EncodeFloats(hq.scale, npu.F32), lead...))
 	case quant.W8A8:
 		w.Scheme = npu.QW8A8
 		w.Weight = own(a.be.FromHost(npu.I8, hq.weight, hq.n, hq.k))
 		w.InputScale, w.InputOffset = hq.inScale, hq.inOffset
 		w.QuantBias = own(a.be.FromHost(npu.I32, i32Bytes(hq.qbias), hq.n))
-		w.DeqScale = own(a.be.FromHost(npu.F32, f32Bytes(hq.deq), hq.n))
+		w.DeqScale = own(a.be.FromHost(npu.F32, npu.EncodeFloats(hq.deq, npu.F32), hq.n))
 	case quant.W8A8MXFP8:
 		w.Scheme = npu.QMXFP8
 		w.Weight = own(a.be.FromHost(npu.F8E4M3, hq.weight, append(lead, hq.k)...))
@@ -424,7 +424,7 @@ func loadQuantized(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Chec
 				if s.matrix {
 					dt = outDType(npu.BF16, mode)
 				}
-				floats[s.name] = be.FromHost(dt, quant.EncodeFloats(w, dt), s.shape...)
+				floats[s.name] = be.FromHost(dt, npu.EncodeFloats(w, dt), s.shape...)
 				logf("%s is %s in the checkpoint: dequantised to %v (%s)", ckName, sc, dt, "its op takes float weights")
 				nd++
 				continue
@@ -447,7 +447,7 @@ func loadQuantized(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Chec
 		}
 		if dt != info.DType {
 			f, _ := quant.DecodeFloats(b, info.DType)
-			b = quant.EncodeFloats(f, dt)
+			b = npu.EncodeFloats(f, dt)
 		}
 		floats[s.name] = be.FromHost(dt, b, s.shape...)
 	}
@@ -514,7 +514,7 @@ func dequantHost(hq *hostQuant) []float32 {
 	t := map[string]quant.Tensor{"weight": {Data: hq.weight}}
 	switch hq.scheme {
 	case quant.W8A8, quant.W8A8Dynamic:
-		t["weight_scale"] = quant.Tensor{DType: npu.F32, Data: f32Bytes(hq.scale)}
+		t["weight_scale"] = quant.Tensor{DType: npu.F32, Data: npu.EncodeFloats(hq.scale, npu.F32)}
 	case quant.W8A8MXFP8:
 		t["weight_scale"] = quant.Tensor{DType: npu.U8, Data: hq.mx}
 	}

@@ -65,7 +65,7 @@ func writeMsmodelslim(t *testing.T, dir string, cfg *config.ModelConfig, cfgJSON
 		v := vals[sp.name]
 		s := schemes[sp.name]
 		if !s.Quantized() {
-			add(safetensors.WriteTensor{Name: sp.name, DType: npu.BF16, Shape: sp.shape, Data: quant.EncodeFloats(v, npu.BF16)}, quant.Float)
+			add(safetensors.WriteTensor{Name: sp.name, DType: npu.BF16, Shape: sp.shape, Data: npu.EncodeFloats(v, npu.BF16)}, quant.Float)
 			continue
 		}
 		r, ok := ranges[module(sp.name)]
@@ -385,7 +385,7 @@ func TestQuantizeFromBlockFP8(t *testing.T) {
 		b, _ := ck.Data(n)
 		f, _ := quant.DecodeFloats(b, info.DType)
 		if !strings.HasSuffix(n, "_proj.weight") || len(info.Shape) != 2 {
-			out = append(out, safetensors.WriteTensor{Name: n, DType: npu.BF16, Shape: info.Shape, Data: quant.EncodeFloats(f, npu.BF16)})
+			out = append(out, safetensors.WriteTensor{Name: n, DType: npu.BF16, Shape: info.Shape, Data: npu.EncodeFloats(f, npu.BF16)})
 			continue
 		}
 		rows, cols := info.Shape[0], info.Shape[1]
@@ -406,7 +406,7 @@ func TestQuantizeFromBlockFP8(t *testing.T) {
 			}
 		}
 		out = append(out, safetensors.WriteTensor{Name: n, DType: npu.F8E4M3, Shape: info.Shape, Data: q},
-			safetensors.WriteTensor{Name: n + "_scale_inv", DType: npu.F32, Shape: []int{br, bc}, Data: quant.EncodeFloats(scale, npu.F32)})
+			safetensors.WriteTensor{Name: n + "_scale_inv", DType: npu.F32, Shape: []int{br, bc}, Data: npu.EncodeFloats(scale, npu.F32)})
 	}
 	ck.Close()
 	fp8Dir := t.TempDir()

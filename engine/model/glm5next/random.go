@@ -1,7 +1,6 @@
 package glm5next
 
 import (
-	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -68,7 +67,7 @@ func NewRandomParallel(be npu.Backend, cfg *config.ModelConfig, dtype string, se
 				if s.matrix {
 					dt = mdt
 				}
-				data, shape := encode(vals, dt), s.shape
+				data, shape := npu.EncodeFloats(vals, dt), s.shape
 				if s.slice != nil {
 					data = s.slice.Cut(data, s.shape, dt.Size())
 					shape, _ = s.slice.Shape(s.shape)
@@ -166,22 +165,4 @@ func randomInit(s spec, cfg *config.ModelConfig, std float64, seed int64) []floa
 		}
 	}
 	return v
-}
-
-// encode converts values to little-endian elements of dt.
-func encode(v []float32, dt npu.DType) []byte {
-	switch dt {
-	case npu.BF16, npu.F16:
-		b := make([]byte, 2*len(v))
-		for i, x := range v {
-			h := npu.F32ToBF16(x)
-			if dt == npu.F16 {
-				h = npu.F32ToF16(x)
-			}
-			binary.LittleEndian.PutUint16(b[2*i:], h)
-		}
-		return b
-	default:
-		return f32Bytes(v)
-	}
 }

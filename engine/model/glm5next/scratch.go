@@ -69,15 +69,6 @@ func i32Bytes(v []int32) []byte {
 	return b
 }
 
-// f32Bytes encodes v little-endian.
-func f32Bytes(v []float32) []byte {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-	}
-	return b
-}
-
 // DownloadRows copies a F32 tensor [rows, n] (logits) to the host: the
 // synchronisation point between device and host.
 func DownloadRows(be npu.Backend, t *npu.Tensor) [][]float32 {

@@ -3,7 +3,6 @@ package loader
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 
 	"github.com/npuserve/npuserve/engine/safetensors"
 	"github.com/npuserve/npuserve/npu"
@@ -25,9 +24,9 @@ func convert(ck *safetensors.Checkpoint, j job) ([]byte, error) {
 		}
 		sc := floats(j.scale.DType, scale)
 		if j.spec.Slice != nil {
-			return encode(dequantFP8Slice(src, j.info.Shape[0], j.info.Shape[1], sc, j.spec.Slice), j.out), nil
+			return npu.EncodeFloats(dequantFP8Slice(src, j.info.Shape[0], j.info.Shape[1], sc, j.spec.Slice), j.out), nil
 		}
-		return encode(dequantFP8(src, j.info.Shape[0], j.info.Shape[1], sc), j.out), nil
+		return npu.EncodeFloats(dequantFP8(src, j.info.Shape[0], j.info.Shape[1], sc), j.out), nil
 	}
 	if j.spec.Slice != nil {
 		src = j.spec.Slice.Cut(src, j.info.Shape, j.info.DType.Size())
@@ -43,53 +42,19 @@ func convert(ck *safetensors.Checkpoint, j job) ([]byte, error) {
 		}
 		return out, nil
 	case j.info.DType == npu.F32 || j.info.DType == npu.BF16 || j.info.DType == npu.F16:
-		return encode(floats(j.info.DType, src), j.out), nil
+		return npu.EncodeFloats(floats(j.info.DType, src), j.out), nil
 	}
 	return nil, fmt.Errorf("%s: tensor %q: no conversion from %v to %v", j.info.File, j.name, j.info.DType, j.out)
 }
 
-// floats decodes little-endian F32, BF16 or F16 data.
+// floats decodes little-endian F32, BF16 or F16 data (callers checked the
+// dtype).
 func floats(dt npu.DType, b []byte) []float32 {
-	switch dt {
-	case npu.F32:
-		out := make([]float32, len(b)/4)
-		for i := range out {
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-		}
-		return out
-	case npu.BF16:
-		out := make([]float32, len(b)/2)
-		for i := range out {
-			out[i] = npu.BF16ToF32(binary.LittleEndian.Uint16(b[2*i:]))
-		}
-		return out
-	case npu.F16:
-		out := make([]float32, len(b)/2)
-		for i := range out {
-			out[i] = npu.F16ToF32(binary.LittleEndian.Uint16(b[2*i:]))
-		}
-		return out
+	f, err := npu.DecodeFloats(b, dt)
+	if err != nil {
+		panic("loader: " + err.Error())
 	}
-	panic(fmt.Sprintf("loader: floats of %v", dt)) // callers checked the dtype
-}
-
-// encode writes f as little-endian F32 or BF16 (round to nearest even).
-func encode(f []float32, dt npu.DType) []byte {
-	switch dt {
-	case npu.F32:
-		out := make([]byte, 4*len(f))
-		for i, v := range f {
-			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
-		}
-		return out
-	case npu.BF16:
-		out := make([]byte, 2*len(f))
-		for i, v := range f {
-			binary.LittleEndian.PutUint16(out[2*i:], npu.F32ToBF16(v))
-		}
-		return out
-	}
-	panic(fmt.Sprintf("loader: encode to %v", dt)) // outDType only picks these
+	return f
 }
 
 // dequantFP8 expands a block-scaled e4m3 weight [rows, cols]:

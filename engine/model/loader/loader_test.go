@@ -32,7 +32,7 @@ func values(n int, seed float32) []float32 {
 func encodeAs(dt npu.DType, f []float32) []byte {
 	switch dt {
 	case npu.F32, npu.BF16:
-		return encode(f, dt)
+		return npu.EncodeFloats(f, dt)
 	case npu.F16:
 		out := make([]byte, 2*len(f))
 		for i, v := range f {
@@ -269,7 +269,7 @@ func TestBF16Rounding(t *testing.T) {
 	in := []float32{1 + 1.0/256, 1 + 3.0/256, 1 + 1.0/128 + 1.0/1024, -2.5}
 	want := []float32{1, 1 + 4.0/256, 1 + 1.0/128, -2.5}
 	dir := t.TempDir()
-	writeCk(t, dir, safetensors.SingleFile, safetensors.WriteTensor{Name: "lm_head.weight", DType: npu.F32, Shape: []int{4}, Data: encode(in, npu.F32)},
+	writeCk(t, dir, safetensors.SingleFile, safetensors.WriteTensor{Name: "lm_head.weight", DType: npu.F32, Shape: []int{4}, Data: npu.EncodeFloats(in, npu.F32)},
 		tensor("model.norm.weight", npu.F32, 0, 1))
 	got, err := Load(be, openCk(t, dir), []Spec{{Name: "lm_head.weight", Shape: []int{4}, Matrix: true}, {Name: "model.norm.weight", Shape: []int{1}}}, Options{DType: "bfloat16"})
 	if err != nil {
@@ -303,7 +303,7 @@ func fp8Weight(name string, rows, cols int) (w, s safetensors.WriteTensor, want 
 		}
 	}
 	return safetensors.WriteTensor{Name: name, DType: npu.F8E4M3, Shape: []int{rows, cols}, Data: q},
-		safetensors.WriteTensor{Name: name + "_scale_inv", DType: npu.F32, Shape: []int{sr, sc}, Data: encode(scale, npu.F32)}, want
+		safetensors.WriteTensor{Name: name + "_scale_inv", DType: npu.F32, Shape: []int{sr, sc}, Data: npu.EncodeFloats(scale, npu.F32)}, want
 }
 
 func TestFP8Dequant(t *testing.T) {
