@@ -13,34 +13,10 @@ import (
 // atTensor makes a tensor of dtype dt (F32, BF16 or F16) holding vals and
 // returns it with the values it actually holds.
 func atTensor(be *Backend, dt npu.DType, vals []float64, shape ...int) (*npu.Tensor, []float64) {
-	t := be.Alloc(dt, shape...)
-	if t.Numel() != len(vals) {
-		panic("atTensor: shape does not match values")
-	}
-	held := make([]float64, len(vals))
-	switch dt {
-	case npu.F32:
-		d := F32(t)
-		for i, v := range vals {
-			d[i] = float32(v)
-			held[i] = float64(d[i])
-		}
-	case npu.BF16:
-		d := U16(t)
-		for i, v := range vals {
-			d[i] = npu.F32ToBF16(float32(v))
-			held[i] = float64(npu.BF16ToF32(d[i]))
-		}
-	case npu.F16:
-		d := U16(t)
-		for i, v := range vals {
-			d[i] = npu.F32ToF16(float32(v))
-			held[i] = float64(npu.F16ToF32(d[i]))
-		}
-	default:
-		panic("atTensor: unsupported dtype")
-	}
-	return t, held
+	t := coreTensor(be, dt, vals, shape...)
+	b := make([]byte, t.Bytes())
+	be.Download(b, t)
+	return t, coreDecode(b, dt)
 }
 
 // atF32 makes an F32 tensor; vals are rounded to fp32 in place so that

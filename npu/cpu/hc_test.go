@@ -11,30 +11,11 @@ import (
 // mdlTensor makes a tensor of dtype dt (F32, BF16 or F16) holding vals
 // (rounded to dt) and returns it with the values it actually holds.
 func mdlTensor(be *Backend, dt npu.DType, vals []float32, shape ...int) (*npu.Tensor, []float64) {
-	t := be.Alloc(dt, shape...)
-	held := make([]float64, len(vals))
-	switch dt {
-	case npu.F32:
-		copy(F32(t), vals)
-		for i, v := range vals {
-			held[i] = float64(v)
-		}
-	case npu.BF16:
-		u := U16(t)
-		for i, v := range vals {
-			u[i] = npu.F32ToBF16(v)
-			held[i] = float64(npu.BF16ToF32(u[i]))
-		}
-	case npu.F16:
-		u := U16(t)
-		for i, v := range vals {
-			u[i] = npu.F32ToF16(v)
-			held[i] = float64(npu.F16ToF32(u[i]))
-		}
-	default:
-		panic("mdlTensor: unsupported dtype")
+	wide := make([]float64, len(vals))
+	for i, v := range vals {
+		wide[i] = float64(v)
 	}
-	return t, held
+	return atTensor(be, dt, wide, shape...)
 }
 
 // mdlRand returns n normal values with standard deviation std.
@@ -60,8 +41,6 @@ func mdlClose(t *testing.T, what string, got []float32, want []float64, atol, rt
 	}
 }
 
-func mdlSig64(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
-
 // hcPreRef is the float64 reference of mHC's input side.
 func hcPreRef(x, fn, base, scale []float64, T, n, D, iters int, eps, rmsEps float64) (collapsed, post, comb []float64) {
 	mix := (2 + n) * n
@@ -83,8 +62,8 @@ func hcPreRef(x, fn, base, scale []float64, T, n, D, iters int, eps, rmsEps floa
 		}
 		pre := make([]float64, n)
 		for i := range n {
-			pre[i] = mdlSig64(m[i]*scale[0]+base[i]) + eps
-			post[t*n+i] = 2 * mdlSig64(m[n+i]*scale[1]+base[n+i])
+			pre[i] = coreSig64(m[i]*scale[0]+base[i]) + eps
+			post[t*n+i] = 2 * coreSig64(m[n+i]*scale[1]+base[n+i])
 		}
 		c := comb[t*n*n : (t+1)*n*n]
 		for i := range n {

@@ -26,7 +26,7 @@ func routerRef(x, gate, bias []float64, T, D, E int, p npu.RouterParams) ([]int3
 			for d := range D {
 				l += x[t*D+d] * gate[e*D+d]
 			}
-			s[e] = mdlSig64(l)
+			s[e] = coreSig64(l)
 			sb[e] = s[e] + bias[e]
 		}
 		if ng > 1 {
@@ -180,7 +180,7 @@ func TestMoE(t *testing.T) {
 						}
 						g = math.Min(g, lim)
 						u = math.Max(math.Min(u, lim), -lim)
-						h[i] = g * mdlSig64(g) * u
+						h[i] = g * coreSig64(g) * u
 					}
 					for d := range c.D {
 						var y float64
