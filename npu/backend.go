@@ -223,7 +223,9 @@ type Ops interface {
 	// q [T, H*Dk], latents [tokenSlots, R] addressed through seqs.TokenSlots,
 	// kvB [H*(Dk+Dv), R] (per head Dk key rows then Dv value rows), sel I32
 	// [T, width] from DSAIndex (-1 = unused); out [T, H*Dv] with softmax
-	// scale `scale`.
+	// scale `scale`. A row with no selected position (DSAIndex without tail
+	// selection, before the first complete pool) outputs zeros, as the
+	// reference's SDPA attention does for a fully masked query.
 	SparseMLA(out, q, latents, kvB, sel *Tensor, seqs *SeqLayout, heads, dk, dv int, scale float32)
 
 	// Router computes MoE routing for x [T, D] with gate weight [E, D] and

@@ -34,8 +34,8 @@ const (
 // S_t is the set of non-negative entries of sel row t (I32 [T, width]);
 // like the reference mask, a position listed twice counts once, and sel is
 // trusted for causality. Every listed position must have a TokenSlots
-// entry. A row with no selected position (impossible with DSAIndex output)
-// gets zeros. q [T, H*Dk], out [T, H*Dv], fp32 throughout.
+// entry. A row with no selected position (DSAIndex without tail selection,
+// before the first complete pool) gets zeros, as the contract says. q [T, H*Dk], out [T, H*Dv], fp32 throughout.
 //
 // Two exact forms are used, chosen per sequence by arithmetic cost. The
 // absorbed form (decode, chunked prefill) scores latents directly with

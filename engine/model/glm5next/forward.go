@@ -53,17 +53,6 @@ type plan struct {
 	poolSlots  *npu.Tensor // I32 [P]
 	pools      int
 
-	// Rows whose indexer selection is empty: without tail selection
-	// (index_kpool_always_select_tail false, kpool > 1), the positions
-	// before the first complete pool. transformers' default SDPA attention
-	// gives such a fully masked query a zero output (torch's safe softmax;
-	// its eager attention would average every cached position instead),
-	// and the golden fixtures confirm it, so these rows' attention output
-	// is set to zero whatever SparseMLA writes for an empty row.
-	emptyRows *npu.Tensor // I32 [e]
-	zeroAttn  *npu.Tensor // F32 [e, HA*Dv]
-	empty     int
-
 	logitRows *npu.Tensor // I32 [R], nil when every row is wanted in order
 	nLogits   int
 	fresh     []int // state slots of sequences starting at position 0
@@ -249,9 +238,6 @@ func (m *Model) dsa(out, h *npu.Tensor, ly *layer, lc *LayerCache, b *Batch, p *
 	}
 	attn := m.ws.get("dsa.attn", npu.F32, T, d.HA*d.Dv)
 	be.SparseMLA(attn, q, lc.Latent, w.kvB, sel, L, d.HA, d.Dk, d.Dv, float32(1/math.Sqrt(float64(d.Dk))))
-	if p.empty > 0 {
-		be.Scatter(attn, p.zeroAttn, p.emptyRows)
-	}
 	m.linear(out, attn, w.o)
 }
 
@@ -305,7 +291,7 @@ func (m *Model) prepare(c *Cache, b *Batch) *plan {
 	p := &plan{rows: T, decode: T > 0}
 	kp := d.KPool
 	rowSlots := make([]int32, 0, T)
-	var poolTok, poolSlot, emptyRows []int32
+	var poolTok, poolSlot []int32
 	seen := map[int]bool{}
 	for s := range B {
 		n, pos := L.QueryStart[s+1]-L.QueryStart[s], L.Pos[s]
@@ -344,23 +330,12 @@ func (m *Model) prepare(c *Cache, b *Batch) *plan {
 			poolTok = append(poolTok, L.TokenSlots[s][i*kp:(i+1)*kp]...)
 			poolSlot = append(poolSlot, L.PoolSlots[s][i])
 		}
-		if !d.Tail && kp > 1 {
-			for t := pos; t < min(end, kp-1); t++ {
-				emptyRows = append(emptyRows, int32(L.QueryStart[s]+t-pos))
-			}
-		}
 	}
 	p.rowSlots = m.ws.upload("rowslots", rowSlots)
 	p.pools = len(poolSlot)
 	if p.pools > 0 {
 		p.poolTokens = m.ws.upload("pooltokens", poolTok)
 		p.poolSlots = m.ws.upload("poolslots", poolSlot)
-	}
-	p.empty = len(emptyRows)
-	if p.empty > 0 {
-		p.emptyRows = m.ws.upload("emptyrows", emptyRows)
-		p.zeroAttn = m.ws.get("zeroattn", npu.F32, p.empty, d.HA*d.Dv)
-		m.be.Fill(p.zeroAttn, 0)
 	}
 
 	want := b.LogitRows
