@@ -160,36 +160,7 @@ func runServe(c *cli.Context) error {
 	st := eng.Stats()
 	logCapacity(st, cacheBytes, model)
 
-	if args.Given("seed") {
-		// Requests without a seed draw theirs from a generator seeded here,
-		// as vLLM's --seed seeds its global generator.
-		sampling.SetGlobalSeed(uint64(args.Seed))
-	}
-	genDefaults := sampling.GenerationDefaults{}
-	if gen != nil {
-		genDefaults = sampling.GenerationDefaults{Temperature: gen.Temperature, TopP: gen.TopP, TopK: gen.TopK, MinP: gen.MinP,
-			RepetitionPenalty: gen.RepetitionPenalty, MaxTokens: gen.MaxNewTokens}.WithoutHFClassDefaults()
-	}
-	var keys []string
-	if args.APIKey != "" {
-		keys = []string{args.APIKey}
-	} else if k := os.Getenv("VLLM_API_KEY"); k != "" {
-		keys = []string{k}
-	}
-	maxLogprobs := 20
-	if args.Given("max-logprobs") {
-		maxLogprobs = args.MaxLogprobs
-	}
-	srv, err = server.New(eng, tok, server.Options{
-		ServedModelNames: args.ServedModelNames(), ModelPath: dir, APIKeys: keys,
-		Templates: templates, ChatTemplate: override, ContentFormat: args.ChatTemplateContentFormat,
-		ReasoningParser: args.ReasoningParser, ToolCallParser: args.ToolCallParser, EnableAutoToolChoice: args.EnableAutoToolChoice,
-		Generation: genDefaults, DisableLogStats: args.DisableLogStats, LogRequests: args.EnableLogRequests,
-		Version: version, VocabSize: modelCfg.VocabSize, Log: logrus.StandardLogger(),
-		MaxLogprobs: maxLogprobs, TrustRequestChatTemplate: args.TrustRequestChatTemplate,
-		EnablePromptTokensDetails: args.EnablePromptTokensDetails, EnableForceIncludeUsage: args.EnableForceIncludeUsage,
-		ReturnTokensAsTokenIDs: args.ReturnTokensAsTokenIDs,
-	})
+	srv, err = server.New(eng, tok, serverOptions(args, dir, templates, override, gen, modelCfg.VocabSize))
 	if err != nil {
 		return usageError("serve: %v", err)
 	}
@@ -360,4 +331,40 @@ func loadTemplates(dir, override string, haveTokenizer bool) (*chattemplate.Mode
 		return nil, nil, err
 	}
 	return templates, t, nil
+}
+
+// serverOptions turns the engine arguments into the HTTP server's options,
+// for the single-rank and the multi-rank serve paths alike. It also seeds the
+// generator that hands out seeds to requests without one (--seed), as
+// vLLM's --seed seeds its global generator.
+func serverOptions(args *config.EngineArgs, dir string, templates *chattemplate.ModelTemplates, override *chattemplate.Template,
+	gen *config.GenerationConfig, vocab int) server.Options {
+	if args.Given("seed") {
+		sampling.SetGlobalSeed(uint64(args.Seed))
+	}
+	genDefaults := sampling.GenerationDefaults{}
+	if gen != nil {
+		genDefaults = sampling.GenerationDefaults{Temperature: gen.Temperature, TopP: gen.TopP, TopK: gen.TopK, MinP: gen.MinP,
+			RepetitionPenalty: gen.RepetitionPenalty, MaxTokens: gen.MaxNewTokens}.WithoutHFClassDefaults()
+	}
+	var keys []string
+	if args.APIKey != "" {
+		keys = []string{args.APIKey}
+	} else if k := os.Getenv("VLLM_API_KEY"); k != "" {
+		keys = []string{k}
+	}
+	maxLogprobs := 20
+	if args.Given("max-logprobs") {
+		maxLogprobs = args.MaxLogprobs
+	}
+	return server.Options{
+		ServedModelNames: args.ServedModelNames(), ModelPath: dir, APIKeys: keys,
+		Templates: templates, ChatTemplate: override, ContentFormat: args.ChatTemplateContentFormat,
+		ReasoningParser: args.ReasoningParser, ToolCallParser: args.ToolCallParser, EnableAutoToolChoice: args.EnableAutoToolChoice,
+		Generation: genDefaults, DisableLogStats: args.DisableLogStats, LogRequests: args.EnableLogRequests,
+		Version: version, VocabSize: vocab, Log: logrus.StandardLogger(),
+		MaxLogprobs: maxLogprobs, TrustRequestChatTemplate: args.TrustRequestChatTemplate,
+		EnablePromptTokensDetails: args.EnablePromptTokensDetails, EnableForceIncludeUsage: args.EnableForceIncludeUsage,
+		ReturnTokensAsTokenIDs: args.ReturnTokensAsTokenIDs,
+	}
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/npuserve/npuserve/engine/core"
 	"github.com/npuserve/npuserve/engine/dp"
 	"github.com/npuserve/npuserve/engine/model/glm5next"
-	"github.com/npuserve/npuserve/engine/sampling"
 	"github.com/npuserve/npuserve/engine/server"
 	"github.com/npuserve/npuserve/engine/tokenizer"
 	"github.com/npuserve/npuserve/engine/worker"
@@ -170,24 +169,7 @@ func runServeParallel(args *config.EngineArgs, dir string, mc *config.ModelConfi
 	if err != nil {
 		return usageError("--chat-template: %v", err)
 	}
-	genDefaults := sampling.GenerationDefaults{}
-	if gen != nil {
-		genDefaults = sampling.GenerationDefaults{Temperature: gen.Temperature, TopP: gen.TopP, TopK: gen.TopK, MinP: gen.MinP,
-			RepetitionPenalty: gen.RepetitionPenalty, MaxTokens: gen.MaxNewTokens}.WithoutHFClassDefaults()
-	}
-	var keys []string
-	if args.APIKey != "" {
-		keys = []string{args.APIKey}
-	} else if k := os.Getenv("VLLM_API_KEY"); k != "" {
-		keys = []string{k}
-	}
-	srv, err := server.New(head, tok, server.Options{
-		ServedModelNames: args.ServedModelNames(), ModelPath: dir, APIKeys: keys,
-		Templates: templates, ChatTemplate: override, ContentFormat: args.ChatTemplateContentFormat,
-		ReasoningParser: args.ReasoningParser, ToolCallParser: args.ToolCallParser, EnableAutoToolChoice: args.EnableAutoToolChoice,
-		Generation: genDefaults, DisableLogStats: args.DisableLogStats, LogRequests: args.EnableLogRequests,
-		Version: version, VocabSize: mc.VocabSize, Log: logrus.StandardLogger(),
-	})
+	srv, err := server.New(head, tok, serverOptions(args, dir, templates, override, gen, mc.VocabSize))
 	if err != nil {
 		return usageError("serve: %v", err)
 	}
