@@ -57,3 +57,41 @@ func DecodeFloats(b []byte, dt DType) ([]float32, error) {
 	}
 	return out, nil
 }
+
+// EncodeInt32s writes v as little-endian I32 elements.
+func EncodeInt32s(v []int32) []byte {
+	out := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(out[4*i:], uint32(x))
+	}
+	return out
+}
+
+// DownloadF32 copies an F32 tensor to the host: a synchronisation point.
+func DownloadF32(m Memory, t *Tensor) []float32 {
+	if t.DType() != F32 {
+		panic(fmt.Sprintf("npu: DownloadF32 of %v", t))
+	}
+	b := make([]byte, t.Bytes())
+	if len(b) > 0 {
+		m.Download(b, t)
+	}
+	f, _ := DecodeFloats(b, F32)
+	return f
+}
+
+// DownloadI32 copies an I32 tensor to the host: a synchronisation point.
+func DownloadI32(m Memory, t *Tensor) []int32 {
+	if t.DType() != I32 {
+		panic(fmt.Sprintf("npu: DownloadI32 of %v", t))
+	}
+	b := make([]byte, t.Bytes())
+	if len(b) > 0 {
+		m.Download(b, t)
+	}
+	out := make([]int32, t.Numel())
+	for i := range out {
+		out[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
+}

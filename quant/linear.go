@@ -96,7 +96,7 @@ func QuantizeLinear(w []float32, n, k int, s Scheme, opt LinearOptions) ([]Tenso
 		return append(out,
 			Tensor{"input_scale", pdt, []int{1}, npu.EncodeFloats([]float32{inScale}, pdt)},
 			Tensor{"input_offset", npu.I8, []int{1}, []byte{byte(int8(ap.Offset))}},
-			Tensor{"quant_bias", npu.I32, []int{n}, int32Bytes(qbias)},
+			Tensor{"quant_bias", npu.I32, []int{n}, npu.EncodeInt32s(qbias)},
 			deqT,
 		), nil
 	case W8A8MXFP8:
@@ -161,14 +161,6 @@ func int8Bytes(q []int8) []byte {
 	out := make([]byte, len(q))
 	for i, v := range q {
 		out[i] = byte(v)
-	}
-	return out
-}
-
-func int32Bytes(v []int32) []byte {
-	out := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(out[4*i:], uint32(x))
 	}
 	return out
 }

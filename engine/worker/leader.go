@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -102,7 +101,7 @@ func (l *Leader) Forward(c *glm5next.Cache, b *glm5next.Batch) *npu.Tensor {
 		l.send(cmdForward, len(l.enc), 0, 0)
 		l.payload = growI32(l.m.Backend(), l.payload, len(l.enc))
 		p := l.payload.Rows(0, len(l.enc))
-		l.m.Backend().Upload(p, i32Bytes(l.enc))
+		l.m.Backend().Upload(p, npu.EncodeInt32s(l.enc))
 		if err := l.tp.Broadcast(p, 0); err != nil {
 			collectiveFailed("broadcasting the batch", err)
 		}
@@ -143,7 +142,7 @@ func (l *Leader) send(cmd, a, b, c int) {
 
 func (l *Leader) broadcastHeader(cmd, a, b, c int) error {
 	l.seq++
-	l.hdrBytes = i32Bytes([]int32{int32(cmd), int32(a), int32(b), int32(c), l.seq})
+	l.hdrBytes = npu.EncodeInt32s([]int32{int32(cmd), int32(a), int32(b), int32(c), l.seq})
 	l.m.Backend().Upload(l.hdr, l.hdrBytes)
 	return l.tp.Broadcast(l.hdr, 0)
 }
@@ -179,7 +178,7 @@ func Follow(m *glm5next.Model, tp hccl.Comm) (err error) {
 		if err := tp.Broadcast(hdr, 0); err != nil {
 			return fmt.Errorf("worker: TP follower %d waiting for the leader: %w", tp.Rank(), err)
 		}
-		h := downloadI32(be, hdr)
+		h := npu.DownloadI32(be, hdr)
 		seq++
 		if h[4] != seq {
 			return fmt.Errorf("worker: TP follower %d: command #%d arrived as #%d", tp.Rank(), seq, h[4])
@@ -205,7 +204,7 @@ func Follow(m *glm5next.Model, tp hccl.Comm) (err error) {
 			if cache == nil {
 				return fmt.Errorf("worker: TP follower %d: a batch before any cache", tp.Rank())
 			}
-			b, err := decodeBatch(downloadI32(be, p), cache.BlockSize, m.Config().IndexKPool)
+			b, err := decodeBatch(npu.DownloadI32(be, p), cache.BlockSize, m.Config().IndexKPool)
 			if err != nil {
 				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
@@ -412,24 +411,4 @@ func growI32(be npu.Backend, t *npu.Tensor, n int) *npu.Tensor {
 		c = max(c, t.Numel()*2)
 	}
 	return be.Alloc(npu.I32, c)
-}
-
-func i32Bytes(v []int32) []byte {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
-	}
-	return b
-}
-
-func downloadI32(be npu.Backend, t *npu.Tensor) []int32 {
-	b := make([]byte, t.Bytes())
-	if len(b) > 0 {
-		be.Download(b, t)
-	}
-	out := make([]int32, t.Numel())
-	for i := range out {
-		out[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
 }

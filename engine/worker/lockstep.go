@@ -41,11 +41,11 @@ func (l *Lockstep) Sync(hasWork, closing bool) (anyWork, anyClosing bool, err er
 		}
 		return 0
 	}
-	l.be.Upload(l.buf, i32Bytes([]int32{b(hasWork), b(closing)}))
+	l.be.Upload(l.buf, npu.EncodeInt32s([]int32{b(hasWork), b(closing)}))
 	if err := l.dp.AllReduce(l.buf, hccl.Max); err != nil {
 		return false, false, fmt.Errorf("DP rank %d: %w", l.dp.Rank(), err)
 	}
-	v := downloadI32(l.be, l.buf)
+	v := npu.DownloadI32(l.be, l.buf)
 	return v[0] != 0, v[1] != 0, nil
 }
 

@@ -472,15 +472,11 @@ func posSet(row []int32) []int32 {
 }
 
 func downloadI32(be npu.Backend, t *npu.Tensor) [][]int32 {
-	host := make([]byte, t.Bytes())
-	be.Download(host, t)
+	flat := npu.DownloadI32(be, t)
 	n := t.Dim(-1)
-	rows := make([][]int32, t.Numel()/n)
+	rows := make([][]int32, len(flat)/n)
 	for i := range rows {
-		rows[i] = make([]int32, n)
-		for j := range rows[i] {
-			rows[i][j] = int32(binary.LittleEndian.Uint32(host[4*(i*n+j):]))
-		}
+		rows[i] = flat[i*n : (i+1)*n]
 	}
 	return rows
 }

@@ -1,10 +1,8 @@
 package glm5next
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 
@@ -513,7 +511,7 @@ func (m *Model) moeEP(out, h *npu.Tensor, w *moeWeights, T int) {
 		it := m.ws.get("moe.ids", npu.I32, n, k)
 		be.Router(wt, it, x, w.gate, w.bias, m.router)
 		// The routing decides the AllToAllV sizes: a host sync.
-		ids, wts = downloadI32(be, it), downloadF32(be, wt)
+		ids, wts = npu.DownloadI32(be, it), npu.DownloadF32(be, wt)
 	}
 	acc := m.epExperts(x, w, ids, wts)
 	if n > 0 {
@@ -568,7 +566,7 @@ func (m *Model) epExperts(x *npu.Tensor, w *moeWeights, ids []int32, wts []float
 	if err := p.EP.AllToAll(cout, cin); err != nil {
 		collectiveFailed("expert-parallel counts all-to-all", err)
 	}
-	recvCnt := downloadI32(be, cout)
+	recvCnt := npu.DownloadI32(be, cout)
 	outCounts := make([]int, ep)
 	var recvIDs []int32
 	for s := range ep {
@@ -662,29 +660,3 @@ var combNames = func() []string {
 	}
 	return s
 }()
-
-// downloadI32 copies an I32 tensor to the host (a sync point).
-func downloadI32(be npu.Backend, t *npu.Tensor) []int32 {
-	b := make([]byte, t.Bytes())
-	if len(b) > 0 {
-		be.Download(b, t)
-	}
-	out := make([]int32, t.Numel())
-	for i := range out {
-		out[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
-}
-
-// downloadF32 copies an F32 tensor to the host (a sync point).
-func downloadF32(be npu.Backend, t *npu.Tensor) []float32 {
-	b := make([]byte, t.Bytes())
-	if len(b) > 0 {
-		be.Download(b, t)
-	}
-	out := make([]float32, t.Numel())
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
-}

@@ -137,7 +137,7 @@ func (a *assembler) uploadQuant(hq *hostQuant, E int) *npu.QuantWeight {
 		w.Scheme = npu.QW8A8
 		w.Weight = own(a.be.FromHost(npu.I8, hq.weight, hq.n, hq.k))
 		w.InputScale, w.InputOffset = hq.inScale, hq.inOffset
-		w.QuantBias = own(a.be.FromHost(npu.I32, i32Bytes(hq.qbias), hq.n))
+		w.QuantBias = own(a.be.FromHost(npu.I32, npu.EncodeInt32s(hq.qbias), hq.n))
 		w.DeqScale = own(a.be.FromHost(npu.F32, npu.EncodeFloats(hq.deq, npu.F32), hq.n))
 	case quant.W8A8MXFP8:
 		w.Scheme = npu.QMXFP8

@@ -1,9 +1,7 @@
 package glm5next
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
 
 	"github.com/npuserve/npuserve/npu"
 )
@@ -47,7 +45,7 @@ func (s *scratch) get(name string, dt npu.DType, shape ...int) *npu.Tensor {
 func (s *scratch) upload(name string, v []int32) *npu.Tensor {
 	t := s.get(name, npu.I32, len(v))
 	if len(v) > 0 {
-		s.be.Upload(t, i32Bytes(v))
+		s.be.Upload(t, npu.EncodeInt32s(v))
 	}
 	return t
 }
@@ -60,30 +58,17 @@ func (s *scratch) release() {
 	}
 }
 
-// i32Bytes encodes v little-endian, the device byte order of npu tensors.
-func i32Bytes(v []int32) []byte {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
-	}
-	return b
-}
-
 // DownloadRows copies a F32 tensor [rows, n] (logits) to the host: the
 // synchronisation point between device and host.
 func DownloadRows(be npu.Backend, t *npu.Tensor) [][]float32 {
 	if t.DType() != npu.F32 || t.Rank() != 2 {
 		panic(fmt.Sprintf("glm5next: DownloadRows of %v, want F32 [rows, n]", t))
 	}
-	host := make([]byte, t.Bytes())
-	be.Download(host, t)
+	host := npu.DownloadF32(be, t)
 	rows, n := t.Dim(0), t.Dim(1)
 	out := make([][]float32, rows)
 	for i := range out {
-		out[i] = make([]float32, n)
-		for j := range out[i] {
-			out[i][j] = math.Float32frombits(binary.LittleEndian.Uint32(host[4*(i*n+j):]))
-		}
+		out[i] = host[i*n : (i+1)*n : (i+1)*n]
 	}
 	return out
 }
