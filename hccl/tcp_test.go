@@ -293,7 +293,7 @@ func TestWrongSessionRejected(t *testing.T) {
 	var wg sync.WaitGroup
 	var good []hccl.Comm
 	var mu sync.Mutex
-	for r := range 2 {
+	join := func(r int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -307,6 +307,10 @@ func TestWrongSessionRejected(t *testing.T) {
 			mu.Unlock()
 		}()
 	}
+	// The stale rank must reach the root while the root still waits for
+	// rank 1: once the right ranks have formed their communicator the root
+	// stops listening and a late stale rank can only time out.
+	join(0)
 	start := time.Now()
 	_, err = hccl.Init(stale, 1, 2, opts)
 	if !errors.Is(err, hccl.ErrBootstrap) || !strings.Contains(err.Error(), "session mismatch") {
@@ -315,6 +319,7 @@ func TestWrongSessionRejected(t *testing.T) {
 	if el := time.Since(start); el > 2*time.Second {
 		t.Errorf("stale session rejected only after %v", el)
 	}
+	join(1)
 	wg.Wait()
 	for _, c := range good {
 		c.Close()

@@ -32,7 +32,7 @@ func quantizeCommand() *cli.Command {
 			&cli.StringFlag{Name: "scheme", Usage: "w8a8_dynamic, w8a8 or w8a8_mxfp8", Required: true},
 			&cli.StringFlag{Name: "calib-prompts", Usage: "calibration prompts, JSON lines: a string or an array of token ids (required for w8a8)"},
 			&cli.StringSliceFlag{Name: "skip", Usage: "keep linears whose module name matches this regular expression FLOAT (repeatable), e.g. 'layers\\.0\\.' or 'shared_experts'"},
-			&cli.BoolFlag{Name: "all-linears", Usage: "also quantize lm_head, the KDA gate projections (with the q/k/v fused with them) and the indexer weights_proj"},
+			&cli.BoolFlag{Name: "all-linears", Usage: "also quantize lm_head, the KDA gate projections and the indexer weights_proj"},
 			&cli.StringFlag{Name: "mx-scale-alg", Value: "mse", Usage: "MXFP8 weight scales: mse (per block the better of ocp and roundup), ocp or roundup"},
 			&cli.IntFlag{Name: "threads", Value: 0, Usage: "CPU threads for calibration (0 = all)"},
 		},

@@ -41,8 +41,8 @@ type QuantizeOptions struct {
 	// FLOAT, with the rest of their fused module.
 	Skip []string
 	// AllLinears quantizes every linear computed by a matmul, also those
-	// DefaultFloat keeps FLOAT (lm_head, the KDA gate projections with the
-	// q/k/v fused with them, the indexer's weights_proj); the router,
+	// DefaultFloat keeps FLOAT (lm_head, the KDA gate projections, the
+	// indexer's weights_proj); the router,
 	// norms, mHC, conv, embeddings, kv_b_proj and the indexer's compress
 	// gate stay FLOAT.
 	AllLinears bool
@@ -73,11 +73,10 @@ type QuantizeReport struct {
 
 // DefaultFloat reports whether a linear (canonical weight name) stays
 // FLOAT under Quantize's defaults, and why: the router, norms, mHC, KDA
-// gates and conv, embeddings and lm_head stay FLOAT, and so does every
-// linear vllm-ascend fuses with one of them (KDA's q/k/v share
-// fused_qkvbfg_a_proj with the b/f_a/g_a gate projections); kv_b_proj is
-// absorbed into the sparse attention and the indexer's weights_proj and
-// compress gate are gates.
+// gates (f_a/f_b, b, g_a/g_b) and conv, embeddings and lm_head stay
+// FLOAT; KDA's q/k/v/o projections are quantized. kv_b_proj is absorbed
+// into the sparse attention and the indexer's weights_proj and compress
+// gate are gates.
 func DefaultFloat(name string) (bool, string) {
 	switch {
 	case kindOf(name) != kindMatMul:
@@ -88,11 +87,6 @@ func DefaultFloat(name string) (bool, string) {
 	for _, s := range []string{".f_a_proj.weight", ".f_b_proj.weight", ".b_proj.weight", ".g_a_proj.weight", ".g_b_proj.weight"} {
 		if strings.HasSuffix(name, s) {
 			return true, "KDA gate"
-		}
-	}
-	for _, s := range []string{".self_attn.q_proj.weight", ".self_attn.k_proj.weight", ".self_attn.v_proj.weight"} {
-		if strings.HasSuffix(name, s) {
-			return true, "fused with the KDA gates (fused_qkvbfg_a_proj)"
 		}
 	}
 	if strings.HasSuffix(name, ".indexer.weights_proj.weight") {

@@ -310,13 +310,6 @@ func fusedGroups(c *config.ModelConfig, f weightForm) (names []string, groups []
 		s := p + "self_attn."
 		if c.IsDSA(l) {
 			add(s+"fused_qkv_a_proj", s+"q_a_proj.weight", s+"kv_a_proj_with_mqa.weight")
-		} else {
-			fg := s
-			if f.forgetGate {
-				fg = s + "forget_gate."
-			}
-			add(s+"fused_qkvbfg_a_proj", s+"q_proj.weight", s+"k_proj.weight", s+"v_proj.weight",
-				s+"b_proj.weight", fg+"f_a_proj.weight", s+"g_a_proj.weight")
 		}
 		mp := p + "mlp."
 		if c.IsMoE(l) {
