@@ -542,7 +542,14 @@ def make_case(name, text, outroot, tok, ids, template, base_seed):
             break
     else:
         sys.exit(f"{name}: no seed with clear margins")
-    m16 = mb
+    write_case(name, outroot, ids, template, model, prompts, text_ids, seed, res, m, res16, mb)
+
+
+def write_case(name, outroot, ids, template, model, prompts, text_ids, seed, res, m, res16, m16, extra=None):
+    """Write golden.json and golden.safetensors of an accepted case whose
+    model dirs (name, name-bf16) were saved already; extra adds keys to golden.json."""
+    d32 = os.path.join(outroot, name)
+    d16 = os.path.join(outroot, name + "-bf16")
     # The f32 checkpoint must reload to the same logits.
     re32 = Glm5NextForConditionalGeneration.from_pretrained(d32, dtype=torch.float32).eval()
     d = rel(full_logits(re32, prompts[0])[0], full_logits(model, prompts[0])[0])
@@ -590,6 +597,7 @@ def make_case(name, text, outroot, tok, ids, template, base_seed):
         "margins": m,
         "margins_bf16": m16,
     }
+    meta.update(extra or {})
     with open(os.path.join(d32, "golden.json"), "w") as f:
         json.dump(meta, f, indent=1)
 

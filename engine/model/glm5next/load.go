@@ -65,9 +65,7 @@ func Load(be npu.Backend, dir string, opt LoadOptions) (*Model, error) {
 		return nil, err
 	}
 	var m *Model
-	if desc != nil && opt.Parallel.multi() {
-		err = fmt.Errorf("glm5next: tensor/expert-parallel loading of msmodelslim checkpoints is not implemented yet (%s)", dir)
-	} else if desc != nil {
+	if desc != nil {
 		m, err = loadQuantized(be, cfg, ck, desc, opt)
 	} else {
 		m, err = loadCheckpoint(be, cfg, ck, opt)

@@ -59,6 +59,19 @@ import (
 // single-rank MoE op does, so EP without TP reproduces the single-rank
 // logits exactly on the CPU backend.
 //
+// Quantized (msmodelslim) checkpoints are sliced the same way, each rank
+// reading only its part of every tensor (qloader.readQuant):
+// column-parallel linears take their rows of the weight and of every
+// per-output-channel tensor; row-parallel ones their weight columns (for
+// W8A8_MXFP8 whole 32-element blocks and their scale columns: a TP size
+// that splits a block is a load error) with the per-output tensors whole,
+// static W8A8's folded quant_bias being added on TP rank 0 only so the
+// all-reduce counts it once. Activations are quantized per rank on its
+// input slice: exactly the single-rank values for static W8A8 (per-tensor
+// scale), per-row scales of the slice for W8A8_DYNAMIC (each partial
+// product is dequantized before the all-reduce), and unchanged blocks
+// for MXFP8.
+//
 // Collectives inside a forward never depend on the batch beyond what the
 // whole TP group shares (every TP rank runs the same batch): TP
 // all-reduces of empty tensors are skipped by the whole group together,
@@ -98,9 +111,6 @@ type parallel struct {
 	local    []int32
 	maxLocal int
 }
-
-// multi reports whether p places the model on more than one rank.
-func (p *Parallel) multi() bool { return p != nil && (p.TPSize > 1 || p.EPSize > 1) }
 
 // tp reports whether tensor parallelism is on.
 func (p *parallel) tp() bool { return p != nil && p.TPSize > 1 }
@@ -368,11 +378,15 @@ func expertOf(sub string) (e int, part string, ok bool) {
 // renameExperts renumbers the per-expert tensors of an expert-parallel
 // rank (global ids first..first+n-1) to local ids 0..n-1, the layout the
 // assembler stacks.
-func (p *parallel) renameExperts(t map[string]*npu.Tensor) {
+func (p *parallel) renameExperts(t map[string]*npu.Tensor) { renameExperts(p, t) }
+
+// renameExperts is parallel.renameExperts for any map by canonical name
+// (the quantized loader's host weights too).
+func renameExperts[T any](p *parallel, t map[string]T) {
 	if !p.ep() || p.first == 0 {
 		return
 	}
-	renamed := make(map[string]*npu.Tensor)
+	renamed := make(map[string]T)
 	for name, x := range t {
 		rest, ok := strings.CutPrefix(name, "model.layers.")
 		if !ok {

@@ -2,6 +2,7 @@ package glm5next_test
 
 import (
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -32,6 +33,9 @@ func evalSequences(t *testing.T, dir string, vocab int) [][]int32 {
 	if err := json.Unmarshal(b, &g); err != nil {
 		t.Fatal(err)
 	}
+	if held, ok := heldOutWindows(t, dir); ok {
+		return held
+	}
 	seqs := g.Prompts
 	rng := rand.New(rand.NewPCG(101, 102))
 	for range 6 {
@@ -42,6 +46,49 @@ func evalSequences(t *testing.T, dir string, vocab int) [][]int32 {
 		seqs = append(seqs, s)
 	}
 	return seqs
+}
+
+// heldOutWindows reads a trained fixture's eval_prompts.jsonl: text
+// windows the model was not trained on (tools/golden/train_fixture.py).
+func heldOutWindows(t *testing.T, dir string) ([][]int32, bool) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "eval_prompts.jsonl"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs [][]int32
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var s []int32
+		if err := json.Unmarshal([]byte(line), &s); err != nil {
+			t.Fatalf("%s/eval_prompts.jsonl: %v", dir, err)
+		}
+		seqs = append(seqs, s)
+	}
+	return seqs, true
+}
+
+// fixtureCalibration is what static W8A8 calibrates on: a trained
+// fixture's golden prompts (held-out text, disjoint from its
+// eval_prompts.jsonl windows), else random sequences.
+func fixtureCalibration(t *testing.T, dir string, vocab int) [][]int32 {
+	t.Helper()
+	if _, ok := heldOutWindows(t, dir); !ok {
+		return calibSequences(vocab)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "golden.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Prompts [][]int32 `json:"prompts"`
+	}
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatal(err)
+	}
+	return g.Prompts
 }
 
 // calibSequences are random sequences disjoint from the evaluation ones.
@@ -67,7 +114,7 @@ func quantizeFixture(t *testing.T, be npu.Backend, dir string, s quant.Scheme) s
 		t.Fatal(err)
 	}
 	_, err = glm5next.Quantize(dir, out, glm5next.QuantizeOptions{
-		Scheme: s, Calibration: calibSequences(cfg.VocabSize), Backend: be, MXScaleAlg: quant.ScaleAlgMSE,
+		Scheme: s, Calibration: fixtureCalibration(t, dir, cfg.VocabSize), Backend: be, MXScaleAlg: quant.ScaleAlgMSE,
 	})
 	if err != nil {
 		t.Fatalf("%s %s: %v", filepath.Base(dir), s, err)
@@ -78,16 +125,26 @@ func quantizeFixture(t *testing.T, be npu.Backend, dir string, s quant.Scheme) s
 // issueTargets are the top-1 agreement targets of issue 5.
 var issueTargets = map[quant.Scheme]float64{quant.W8A8Dynamic: 0.97, quant.W8A8: 0.95, quant.W8A8MXFP8: 0.95}
 
-// bugFloors are the agreement below which a fixture result means a bug,
-// not quantization noise. The golden fixtures have random weights whose
-// next-token distributions are nearly flat (top-1 margins of ~1e-3 of
-// the logit range), so that rounding the weights to bf16 alone — about
-// six times less perturbation than int8 weights with int8 activations
-// (0.16% against 0.8-1.5% relative output error per linear, ~4% for
-// MXFP8) — already gives 0.94-0.97 agreement with the float32 model. The
-// issue's targets are logged next to the measurements; a wrong scale,
-// tensor or layout drops agreement far below these floors.
-var bugFloors = map[quant.Scheme]float64{quant.W8A8Dynamic: 0.85, quant.W8A8: 0.85, quant.W8A8MXFP8: 0.72}
+// bugFloors are the agreement below which a random fixture's result
+// means a bug, not quantization noise. The random fixtures' next-token
+// distributions are nearly flat (top-1 margins of ~1e-3 of the logit
+// range), so rounding the weights to bf16 alone — about six times less
+// perturbation than int8 weights with int8 activations (0.16% against
+// 0.8-1.5% relative output error per linear, ~4% for MXFP8) — already
+// gives 0.96-0.98 agreement with the float32 model, and the quantized
+// schemes measure 0.86-0.95 (int8) and 0.73-0.83 (MXFP8) on them. A wrong
+// scale, tensor or layout drops agreement far below these floors. The
+// issue's targets are asserted on the trained fixture, whose predictions
+// are as peaked as a language model's.
+var bugFloors = map[quant.Scheme]float64{quant.W8A8Dynamic: 0.80, quant.W8A8: 0.80, quant.W8A8MXFP8: 0.65}
+
+// trainedFixture reports whether a fixture dir holds a trained model
+// (tools/golden/train_fixture.py), on which issue 5's agreement targets
+// hold as stated.
+func trainedFixture(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "eval_prompts.jsonl"))
+	return err == nil
+}
 
 // TestQuantizedAgreement quantizes every golden fixture with every scheme,
 // loads the result and compares it with the float model, teacher forced,
@@ -128,7 +185,11 @@ func TestQuantizedAgreement(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("%-7s %-13s top1 %.4f  mean KL %.3g  (issue target %.2f)", name, s, r.Top1Agreement, r.MeanKL, issueTargets[s])
-			if r.Top1Agreement < bugFloors[s] {
+			if trainedFixture(dir) {
+				if r.Top1Agreement < issueTargets[s] {
+					t.Errorf("%s %s: top-1 agreement %.4f below the target %.2f", name, s, r.Top1Agreement, issueTargets[s])
+				}
+			} else if r.Top1Agreement < bugFloors[s] {
 				t.Errorf("%s %s: top-1 agreement %.4f below %.2f: a quantization bug, not noise", name, s, r.Top1Agreement, bugFloors[s])
 			}
 		}

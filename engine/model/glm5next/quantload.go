@@ -161,6 +161,11 @@ type qloader struct {
 	cfg    *config.ModelConfig
 	mode   string // dtype policy of float matrices
 	log    func(string, ...any)
+	// par is the rank's placement (nil: a single rank); biasRank says
+	// whether this rank adds the folded quant_bias of a row-parallel
+	// static W8A8 linear (TP rank 0 only, as vllm-ascend does).
+	par      *parallel
+	biasRank bool
 
 	claimed map[string]bool
 	errs    []error
@@ -228,9 +233,20 @@ func (q *qloader) tensor(name string, dts []npu.DType, shapes ...[]int) (safeten
 
 var floatDTypes = []npu.DType{npu.F32, npu.BF16, npu.F16}
 
-// floats reads a float tensor as float32 (see tensor).
-func (q *qloader) floats(name string, dts []npu.DType, shapes ...[]int) ([]float32, bool) {
+// tensorCut is tensor, then only the part cut selects (nil: all of it;
+// the shape check is on the whole tensor).
+func (q *qloader) tensorCut(name string, cut *loader.Slice, dts []npu.DType, shapes ...[]int) (safetensors.TensorInfo, []byte, bool) {
 	info, b, ok := q.tensor(name, dts, shapes...)
+	if ok && cut != nil {
+		b = cut.Cut(b, info.Shape, info.DType.Size())
+	}
+	return info, b, ok
+}
+
+// floats reads a float tensor, or the rows of it that rows selects (nil:
+// all), as float32 (see tensor).
+func (q *qloader) floats(name string, rows *loader.Slice, dts []npu.DType, shapes ...[]int) ([]float32, bool) {
+	info, b, ok := q.tensorCut(name, rows, dts, shapes...)
 	if !ok {
 		return nil, false
 	}
@@ -243,23 +259,52 @@ func (q *qloader) floats(name string, dts []npu.DType, shapes ...[]int) ([]float
 }
 
 // readQuant reads the tensors of a quantized linear ckName ("<module>.weight")
-// of shape [n, k] with scheme s.
-func (q *qloader) readQuant(ckName string, s quant.Scheme, n, k int) *hostQuant {
+// of shape [n, k] with scheme s, or this rank's part sl of it (nil: all of
+// it), reading only that part:
+//
+//   - a column-parallel part (sl cuts dimension 0, the output channels)
+//     takes those rows of the weight and of every per-output-channel
+//     tensor (weight_scale, weight_offset, quant_bias, deq_scale, the MX
+//     scale rows); static W8A8's per-tensor input_scale/input_offset are
+//     whole.
+//   - a row-parallel part (sl cuts dimension 1, the input) takes those
+//     weight columns (for MXFP8 whole 32-element blocks and their scale
+//     columns) and every per-output tensor whole, except that static
+//     W8A8's quant_bias is added by TP rank 0 only: it folds the bias and
+//     the zero-point correction -input_offset·Σ_k q[n,k] over the whole
+//     input, and the TP all-reduce sums the ranks' partial outputs, so
+//     Σ_r (Σ_{k∈r} xq·q)·deq + quant_bias·deq is the single-rank
+//     (Σ_k xq·q + quant_bias)·deq exactly (per-tensor activation
+//     quantization is elementwise, so each rank's xq is the same as in
+//     the single-rank input).
+func (q *qloader) readQuant(ckName string, s quant.Scheme, n, k int, sl *loader.Slice) *hostQuant {
 	mod := module(ckName)
 	hq := &hostQuant{scheme: s, module: mod, n: n, k: k, group: q.desc.GroupSize}
 	nerr := len(q.errs)
 	col := [][]int{{n, 1}, {n}}
+	var rows *loader.Slice // the per-output-channel tensors' part
+	if sl != nil {
+		shape, err := sl.Shape([]int{n, k})
+		if err != nil {
+			q.errf("%s: tensor %q: cannot take part %v of a quantized linear [%d, %d]: %v", q.ck.Path(), ckName, sl, n, k, err)
+			return nil
+		}
+		hq.n, hq.k = shape[0], shape[1]
+		if sl.Dim == 0 {
+			rows = sl
+		}
+	}
 	switch s {
 	case quant.W8A8, quant.W8A8Dynamic:
-		_, hq.weight, _ = q.tensor(ckName, []npu.DType{npu.I8}, []int{n, k})
-		hq.scale, _ = q.floats(mod+".weight_scale", floatDTypes, col...)
-		if off, ok := q.floats(mod+".weight_offset", floatDTypes, col...); ok {
+		_, hq.weight, _ = q.tensorCut(ckName, sl, []npu.DType{npu.I8}, []int{n, k})
+		hq.scale, _ = q.floats(mod+".weight_scale", rows, floatDTypes, col...)
+		if off, ok := q.floats(mod+".weight_offset", rows, floatDTypes, col...); ok {
 			if slices.ContainsFunc(off, func(v float32) bool { return v != 0 }) {
 				q.log("%s.weight_offset is non-zero: computing with symmetric weights as vllm-ascend's %s kernels do (offsets ignored)", mod, s)
 			}
 		}
 		if s == quant.W8A8 {
-			in, ok := q.floats(mod+".input_scale", floatDTypes, []int{1}, []int{})
+			in, ok := q.floats(mod+".input_scale", nil, floatDTypes, []int{1}, []int{})
 			if ok {
 				hq.inScale = in[0]
 				if !(hq.inScale > 0) || math.IsInf(float64(hq.inScale), 0) {
@@ -276,18 +321,33 @@ func (q *qloader) readQuant(ckName string, s quant.Scheme, n, k int) *hostQuant 
 					hq.inOffset = int32(f[0])
 				}
 			}
-			if _, b, ok := q.tensor(mod+".quant_bias", []npu.DType{npu.I32}, []int{n}); ok {
-				hq.qbias = make([]int32, n)
-				for i := range hq.qbias {
-					hq.qbias[i] = int32(uint32(b[4*i]) | uint32(b[4*i+1])<<8 | uint32(b[4*i+2])<<16 | uint32(b[4*i+3])<<24)
+			if _, b, ok := q.tensorCut(mod+".quant_bias", rows, []npu.DType{npu.I32}, []int{n}); ok {
+				hq.qbias = make([]int32, hq.n)
+				if sl == nil || sl.Dim == 0 || q.biasRank {
+					for i := range hq.qbias {
+						hq.qbias[i] = int32(uint32(b[4*i]) | uint32(b[4*i+1])<<8 | uint32(b[4*i+2])<<16 | uint32(b[4*i+3])<<24)
+					}
 				}
 			}
-			hq.deq, _ = q.floats(mod+".deq_scale", []npu.DType{npu.F32, npu.I64}, []int{n}, []int{n, 1})
+			hq.deq, _ = q.floats(mod+".deq_scale", rows, []npu.DType{npu.F32, npu.I64}, []int{n}, []int{n, 1})
 		}
 	case quant.W8A8MXFP8:
 		nb := (k + hq.group - 1) / hq.group
-		_, hq.weight, _ = q.tensor(ckName, []npu.DType{npu.F8E4M3}, []int{n, k})
-		_, hq.mx, _ = q.tensor(mod+".weight_scale", []npu.DType{npu.U8}, []int{n, nb})
+		scaleCut := rows
+		if sl != nil && sl.Dim == 1 {
+			var err error
+			if scaleCut, err = mxBlocks(sl, k, hq.group); err != nil {
+				tp := 1
+				if q.par != nil {
+					tp = q.par.TPSize
+				}
+				q.errf("%s: tensor %q (W8A8_MXFP8, input dimension %d): tensor parallel size %d cannot split it: %v; the row-parallel slices must keep whole MX blocks (choose a TP size whose slices of %d are multiples of %d, or keep this module FLOAT)",
+					q.ck.Path(), ckName, k, tp, err, k, hq.group)
+				return nil
+			}
+		}
+		_, hq.weight, _ = q.tensorCut(ckName, sl, []npu.DType{npu.F8E4M3}, []int{n, k})
+		_, hq.mx, _ = q.tensorCut(mod+".weight_scale", scaleCut, []npu.DType{npu.U8}, []int{n, nb})
 	default:
 		q.errf("%s: tensor %q: scheme %s cannot be loaded", q.ck.Path(), ckName, s)
 	}
@@ -295,6 +355,46 @@ func (q *qloader) readQuant(ckName string, s quant.Scheme, n, k int) *hostQuant 
 		return nil
 	}
 	return hq
+}
+
+// mxBlocks is the part of an MX scale tensor [n, ceil(k/group)] that
+// holds the scales of the input columns sl (dimension 1) selects: every
+// range must start on a block boundary and end on one (or at k, the last
+// range only), so that the slice is made of whole blocks.
+func mxBlocks(sl *loader.Slice, k, group int) (*loader.Slice, error) {
+	out := &loader.Slice{Dim: 1}
+	for i, r := range sl.Ranges {
+		last := i == len(sl.Ranges)-1
+		if r.Lo%group != 0 || (r.Hi%group != 0 && !(last && r.Hi == k)) {
+			return nil, fmt.Errorf("its slice [%d:%d] does not start and end on multiples of the %d-element MX block", r.Lo, r.Hi, group)
+		}
+		out.Ranges = append(out.Ranges, loader.Range{Lo: r.Lo / group, Hi: (r.Hi + group - 1) / group})
+	}
+	return out, nil
+}
+
+// claimSkipped claims, without reading them, the tensors of a linear
+// another expert-parallel rank loads (its weight checked for presence and
+// shape).
+func (q *qloader) claimSkipped(ckName string, s quant.Scheme, shape []int) {
+	info, ok := q.ck.Info(ckName)
+	if !ok {
+		q.errf("%s: missing tensor %q (want shape %v)", q.ck.Path(), ckName, shape)
+		return
+	}
+	q.claimed[ckName] = true
+	if !npu.SameShape(info.Shape, shape) {
+		q.errf("%s: tensor %q has shape %v, want %v", info.File, ckName, info.Shape, shape)
+	}
+	if !s.Quantized() {
+		return
+	}
+	mod := module(ckName)
+	for _, suf := range []string{".weight_scale", ".weight_offset", ".input_scale", ".input_offset", ".quant_bias", ".deq_scale"} {
+		if _, ok := q.ck.Info(mod + suf); ok {
+			q.claimed[mod+suf] = true
+		}
+	}
 }
 
 // fusedGroups lists vllm-ascend's fused modules of glm5_next (its
@@ -338,6 +438,9 @@ func loadQuantized(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Chec
 	if err != nil {
 		return nil, err
 	}
+	if err := m.setParallel(opt.Parallel); err != nil {
+		return nil, err
+	}
 	layout, err := loader.DetectLayout(ck)
 	if err != nil {
 		return nil, err
@@ -356,7 +459,11 @@ func loadQuantized(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Chec
 	}
 	form := detectForm(ck.Names(), cfg)
 	sp := specs(cfg, form)
-	q := &qloader{ck: ck, layout: layout, desc: desc, cfg: cfg, mode: mode, log: logf, claimed: map[string]bool{}}
+	if m.par != nil {
+		sp = m.par.shard(sp, cfg)
+	}
+	q := &qloader{ck: ck, layout: layout, desc: desc, cfg: cfg, mode: mode, log: logf, claimed: map[string]bool{},
+		par: m.par, biasRank: m.par == nil || m.par.TPRank == 0}
 
 	// Schemes, checked against the fused groups and the MoE methods.
 	scheme := map[string]quant.Scheme{}
@@ -404,8 +511,12 @@ func loadQuantized(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Chec
 	for _, s := range sp {
 		ckName := layout.CheckpointName(s.name)
 		sc := scheme[s.name]
+		if s.skip {
+			q.claimSkipped(ckName, sc, s.shape)
+			continue
+		}
 		if sc.Quantized() {
-			hq := q.readQuant(ckName, sc, s.shape[0], s.shape[1])
+			hq := q.readQuant(ckName, sc, s.shape[0], s.shape[1], s.slice)
 			if hq == nil {
 				continue
 			}
@@ -417,7 +528,7 @@ func loadQuantized(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Chec
 				if s.matrix {
 					dt = outDType(npu.BF16, mode)
 				}
-				floats[s.name] = be.FromHost(dt, npu.EncodeFloats(w, dt), s.shape...)
+				floats[s.name] = be.FromHost(dt, npu.EncodeFloats(w, dt), hq.n, hq.k)
 				logf("%s is %s in the checkpoint: dequantised to %v (%s)", ckName, sc, dt, "its op takes float weights")
 				nd++
 				continue
@@ -433,6 +544,14 @@ func loadQuantized(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Chec
 			}
 			continue
 		}
+		shape := s.shape
+		if s.slice != nil {
+			if shape, err = s.slice.Shape(s.shape); err != nil {
+				q.errf("%s: tensor %q: %v", info.File, ckName, err)
+				continue
+			}
+			b = s.slice.Cut(b, s.shape, info.DType.Size())
+		}
 		bytes += int64(len(b))
 		dt := npu.F32
 		if s.matrix {
@@ -442,7 +561,7 @@ func loadQuantized(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Chec
 			f, _ := quant.DecodeFloats(b, info.DType)
 			b = npu.EncodeFloats(f, dt)
 		}
-		floats[s.name] = be.FromHost(dt, b, s.shape...)
+		floats[s.name] = be.FromHost(dt, b, shape...)
 	}
 	// Static W8A8 shards of a fused module share one activation quantizer.
 	for i, g := range groups {
@@ -481,6 +600,10 @@ func loadQuantized(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Chec
 	}
 	if skipped > 0 {
 		logf("skipping %d vision tower and MTP layer tensors", skipped)
+	}
+	if m.par != nil {
+		m.par.renameExperts(floats)
+		renameExperts(m.par, hqs)
 	}
 	a := newAssembler(be, floats)
 	a.q = hqs
