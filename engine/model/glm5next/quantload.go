@@ -410,6 +410,9 @@ func fusedGroups(c *config.ModelConfig, f weightForm) (names []string, groups []
 		s := p + "self_attn."
 		if c.IsDSA(l) {
 			add(s+"fused_qkv_a_proj", s+"q_a_proj.weight", s+"kv_a_proj_with_mqa.weight")
+		} else {
+			// KDA's q/k/v feed one short conv and run as one linear.
+			add(s+"qkv_proj", s+"q_proj.weight", s+"k_proj.weight", s+"v_proj.weight")
 		}
 		mp := p + "mlp."
 		if c.IsMoE(l) {

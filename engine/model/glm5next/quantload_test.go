@@ -18,7 +18,8 @@ import (
 
 // handMadeSchemes is a mixed msmodelslim layout over the four test layers
 // (KDA dense, DSA MoE, KDA MoE, DSA MoE): every scheme, per-expert MoE
-// weights, a static dense MLP, a dequantised kv_b_proj and lm_head.
+// weights, a static dense MLP, static KDA q/k/v, a dequantised kv_b_proj
+// and lm_head.
 func handMadeSchemes(cfg *config.ModelConfig) map[string]quant.Scheme {
 	s := map[string]quant.Scheme{}
 	L := func(l int, rest string) string { return fmt.Sprintf("model.layers.%d.%s", l, rest) }
@@ -26,6 +27,9 @@ func handMadeSchemes(cfg *config.ModelConfig) map[string]quant.Scheme {
 		s[L(0, "mlp."+p+".weight")] = quant.W8A8
 	}
 	s[L(0, "self_attn.o_proj.weight")] = quant.W8A8Dynamic
+	for _, p := range []string{"q_proj", "k_proj", "v_proj"} {
+		s[L(2, "self_attn."+p+".weight")] = quant.W8A8 // one fused linear, one activation quantizer
+	}
 	s[L(1, "self_attn.q_a_proj.weight")] = quant.W8A8Dynamic
 	s[L(1, "self_attn.kv_a_proj_with_mqa.weight")] = quant.W8A8Dynamic
 	s[L(1, "self_attn.q_b_proj.weight")] = quant.W8A8MXFP8
@@ -148,8 +152,8 @@ func TestLoadHandMadeMsmodelslim(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if got := len(m.quantWeights()); got != 15 {
-		t.Errorf("%d quantized weights, want 15", got)
+	if got := len(m.quantWeights()); got != 16 {
+		t.Errorf("%d quantized weights, want 16", got)
 	}
 	if m.layers[1].mla.kvB.DType() != npu.F32 || m.layers[0].mlp.gateUp.q == nil || m.layers[0].mlp.gateUp.q.Scheme != npu.QW8A8 ||
 		m.layers[1].moe.experts.qGateUp.Scheme != npu.QMXFP8 || m.layers[2].moe.experts.qDown.Scheme != npu.QW8A8Dynamic ||
@@ -208,7 +212,7 @@ func TestLoadHandMadeMsmodelslim(t *testing.T) {
 	if _, err := m.SequenceLogits([]int32{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5}, observe); err != nil {
 		t.Fatal(err)
 	}
-	if len(checked) != 11 { // the 15 quantized weights less the 4 routed expert stacks
+	if len(checked) != 12 { // the 16 quantized weights less the 4 routed expert stacks
 		t.Errorf("checked %d quantized linears: %v", len(checked), checked)
 	}
 	toks := []int32{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5}
@@ -291,6 +295,9 @@ func TestLoadMsmodelslimErrors(t *testing.T) {
 		{"fused gate/up mismatch", func(s map[string]quant.Scheme) {
 			s["model.layers.0.mlp.up_proj.weight"] = quant.W8A8Dynamic
 		}, nil, nil, []string{"fused module model.layers.0.mlp.gate_up_proj"}},
+		{"fused q/k/v mismatch", func(s map[string]quant.Scheme) {
+			s["model.layers.0.self_attn.k_proj.weight"] = quant.W8A8Dynamic
+		}, nil, nil, []string{"fused module model.layers.0.self_attn.qkv_proj"}},
 		{"experts disagree", func(s map[string]quant.Scheme) {
 			s["model.layers.2.mlp.experts.4.up_proj.weight"] = quant.W8A8MXFP8
 		}, nil, nil, []string{"fused module model.layers.2.mlp.experts"}},
