@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/npuserve/npuserve/engine/config"
 	"github.com/npuserve/npuserve/engine/model/glm5next"
 	"github.com/npuserve/npuserve/npu/cpu"
 	"github.com/sirupsen/logrus"
@@ -22,6 +23,7 @@ func evalCommand() *cli.Command {
 			&cli.StringFlag{Name: "prompts-file", Usage: "JSON lines: a string (encoded with --model's tokenizer) or an array of token ids", Required: true},
 			&cli.BoolFlag{Name: "json", Usage: `print {"top1_agreement": …, "mean_kl": …, "tokens": …} as the last line`},
 			&cli.StringFlag{Name: "dtype", Value: "auto", Usage: "float weight dtype of both models: auto, float32 or bfloat16"},
+			quantizationFlag("--model (the reference's is detected)"),
 			&cli.IntFlag{Name: "threads", Value: 0, Usage: "CPU threads (0 = all)"},
 		},
 		Action: runEval,
@@ -38,9 +40,15 @@ func runEval(c *cli.Context) error {
 	if err != nil {
 		return usageError("--prompts-file: %v", err)
 	}
+	quantization, err := config.CPULoadQuantization(c.String("quantization"), c.String("model"))
+	if err != nil {
+		return usageError("eval: %v", err)
+	}
 	be := cpu.New(c.Int("threads"))
 	opt := glm5next.LoadOptions{DType: c.String("dtype"), Log: logrus.Debugf}
-	m, err := glm5next.Load(be, c.String("model"), opt)
+	mopt := opt
+	mopt.Quantization = quantization
+	m, err := glm5next.Load(be, c.String("model"), mopt)
 	if err != nil {
 		return runError("--model: %v", err)
 	}
@@ -62,4 +70,13 @@ func runEval(c *cli.Context) error {
 	fmt.Printf("top-1 agreement %.4f, mean KL(reference || model) %.4g nats, over %d tokens of %d sequences\n",
 		r.Top1Agreement, r.MeanKL, r.Tokens, len(seqs))
 	return nil
+}
+
+// quantizationFlag is --quantization of generate and eval, with serve's
+// values and meaning on the cpu backend; what names the model it applies to.
+func quantizationFlag(what string) cli.Flag {
+	return &cli.StringFlag{Name: "quantization", Aliases: []string{"q"},
+		Usage: "weight format of " + what + ": ascend (an msmodelslim checkpoint; its quant_model_description.json says which), " +
+			"w8a8, w8a8_dynamic or w8a8_mxfp8 (= mxfp8, modelopt_mxfp8; the checkpoint's model_quant_type must match), or fp8 " +
+			"(default: an msmodelslim checkpoint is detected)"}
 }

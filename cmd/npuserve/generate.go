@@ -32,6 +32,7 @@ func generateCommand() *cli.Command {
 			&cli.BoolFlag{Name: "ignore-eos", Usage: "do not stop at the model's end-of-sequence ids"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object with token_ids and text"},
 			&cli.StringFlag{Name: "dtype", Value: "auto", Usage: "weight dtype: auto (the checkpoint's), float32 or bfloat16"},
+			quantizationFlag("the model"),
 			&cli.IntFlag{Name: "chunk-size", Value: 512, Usage: "prompt tokens per prefill step (chunked prefill)"},
 			&cli.IntFlag{Name: "threads", Value: 0, Usage: "CPU threads (0 = all)"},
 		},
@@ -88,8 +89,12 @@ func runGenerate(c *cli.Context) error {
 		}
 	}
 
+	quantization, err := config.CPULoadQuantization(c.String("quantization"), dir)
+	if err != nil {
+		return usageError("generate: %v", err)
+	}
 	be := cpu.New(c.Int("threads"))
-	opt := glm5next.LoadOptions{DType: c.String("dtype"), Log: logrus.Infof}
+	opt := glm5next.LoadOptions{DType: c.String("dtype"), Quantization: quantization, Log: logrus.Infof}
 	if isatty.IsTerminal(os.Stderr.Fd()) {
 		opt.Progress = os.Stderr
 	}

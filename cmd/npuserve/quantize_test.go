@@ -99,14 +99,22 @@ func TestQuantizeEvalBadInput(t *testing.T) {
 		{"eval negative id", []string{"eval", "--model", tiny, "--reference", tiny, "--prompts-file", writeLines(t, "[1, -2]")}, 2, "not a token id"},
 		{"eval empty file", []string{"eval", "--model", tiny, "--reference", tiny, "--prompts-file", writeLines(t, "")}, 2, "no prompts"},
 		{"eval bad reference", []string{"eval", "--model", tiny, "--reference", "/nonexistent/r", "--prompts-file", good}, 1, "--reference"},
+		{"eval --quantization ascend of a float dir", []string{"eval", "--model", tiny, "--reference", tiny, "--prompts-file", good, "--quantization", "ascend"}, 2,
+			"--quantization ascend: " + tiny + " has no quant_model_description.json"},
+		{"eval --quantization of another type", []string{"eval", "--model", "QUANTIZED", "--reference", tiny, "--prompts-file", good, "-q", "w8a8_mxfp8"}, 2,
+			"model_quant_type W8A8_DYNAMIC, but --quantization w8a8_mxfp8 wants W8A8_MXFP8"},
+		{"generate --quantization of another type", []string{"generate", "--model", "QUANTIZED", "--prompt-ids", "1,2", "--quantization", "w8a8"}, 2,
+			"model_quant_type W8A8_DYNAMIC, but --quantization w8a8 wants W8A8"},
+		{"generate unknown --quantization", []string{"generate", "--model", tiny, "--prompt-ids", "1,2", "--quantization", "awq"}, 2, `--quantization: must be one of`},
 	}
 	var quantized string
+	base := t.TempDir() // the quantized dir outlives the subtest that makes it
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			args := c.args
 			if args[2] == "QUANTIZED" {
 				if quantized == "" {
-					quantized = filepath.Join(t.TempDir(), "q")
+					quantized = filepath.Join(base, "q")
 					if _, e, code := run(t, "quantize", "--model", tiny, "--out", quantized, "--scheme", "w8a8_dynamic"); code != 0 {
 						t.Fatal(e)
 					}

@@ -17,6 +17,7 @@ import (
 	"github.com/npuserve/npuserve/engine/chattemplate"
 	"github.com/npuserve/npuserve/engine/config"
 	"github.com/npuserve/npuserve/engine/core"
+	"github.com/npuserve/npuserve/engine/dp"
 	"github.com/npuserve/npuserve/engine/model/glm5next"
 	"github.com/npuserve/npuserve/engine/sampling"
 	"github.com/npuserve/npuserve/engine/server"
@@ -52,6 +53,13 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return usageError("serve: %v", err)
 	}
+	// This build has only the cpu backend: an Ascend weight format that
+	// merely implied the Ascend backend runs there (--dry-run still plans
+	// the Ascend deployment vllm-ascend would run).
+	var onCPU string
+	if !args.DryRun {
+		onCPU = args.RunImpliedAscendOnCPU()
+	}
 	dir := args.Model
 	modelCfg, err := config.LoadModel(dir)
 	if err != nil {
@@ -78,6 +86,9 @@ func runServe(c *cli.Context) error {
 	if planErr != nil {
 		return usageError("serve: %v", planErr)
 	}
+	if onCPU != "" && os.Getenv(dp.RankEnv) == "" { // once, not in each rank process
+		logrus.Warn(onCPU)
+	}
 	if multiRank(args) {
 		return runServeParallel(args, dir, modelCfg, gen, plan)
 	}
@@ -96,13 +107,17 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return usageError("--dtype: %v", err)
 	}
+	quantization, err := config.CPULoadQuantization(args.Quantization, dir)
+	if err != nil {
+		return usageError("serve: %v", err)
+	}
 	t0 := time.Now()
 	var model *glm5next.Model
 	if args.LoadFormat == "dummy" {
 		model = glm5next.NewRandom(be, modelCfg, dtype, args.Seed)
 		logrus.Infof("Built %s with random weights (--load-format dummy) in %.2f s", dir, time.Since(t0).Seconds())
 	} else {
-		opt := glm5next.LoadOptions{DType: dtype, Log: logrus.Infof}
+		opt := glm5next.LoadOptions{DType: dtype, Quantization: quantization, Log: logrus.Infof}
 		if isatty.IsTerminal(os.Stderr.Fd()) {
 			opt.Progress = os.Stderr
 		}

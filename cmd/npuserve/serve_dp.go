@@ -59,6 +59,10 @@ func rankSpec(args *config.EngineArgs, dir string, mc *config.ModelConfig, gen *
 	if err != nil {
 		return dp.RankSpec{}, fmt.Errorf("--dtype: %v", err)
 	}
+	quantization, err := config.CPULoadQuantization(args.Quantization, dir)
+	if err != nil {
+		return dp.RankSpec{}, err
+	}
 	ranks := local * args.TensorParallelSize
 	threads := args.Threads
 	if threads == 0 {
@@ -82,7 +86,7 @@ func rankSpec(args *config.EngineArgs, dir string, mc *config.ModelConfig, gen *
 	if args.LoadFormat == "dummy" {
 		spec.Random, spec.RandomDType, spec.Seed = mc, dtype, args.Seed
 	} else {
-		spec.ModelDir, spec.Load = dir, glm5next.LoadOptions{DType: dtype}
+		spec.ModelDir, spec.Load = dir, glm5next.LoadOptions{DType: dtype, Quantization: quantization}
 	}
 	return spec, nil
 }

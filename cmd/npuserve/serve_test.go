@@ -70,8 +70,14 @@ var (
 // and waits until /health answers.
 func startServe(t testing.TB, extra ...string) *served {
 	t.Helper()
+	return startServeDir(t, filepath.Join(fixtures, "tiny"), extra...)
+}
+
+// startServeDir is startServe on the model in dir.
+func startServeDir(t testing.TB, dir string, extra ...string) *served {
+	t.Helper()
 	port := freePort(t)
-	args := append([]string{"serve", filepath.Join(fixtures, "tiny"), "--host", "127.0.0.1", "--port", port}, extra...)
+	args := append([]string{"serve", dir, "--host", "127.0.0.1", "--port", port}, extra...)
 	s := &served{cmd: exec.Command(binPath, args...), url: "http://127.0.0.1:" + port, log: &syncBuffer{}, done: make(chan error, 1)}
 	s.cmd.Stderr = s.log
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -669,6 +675,104 @@ func TestServeStartupErrors(t *testing.T) {
 		_, errOut, code := run(t, args...)
 		if code == 0 || !strings.Contains(errOut, c.want) || strings.Contains(errOut, "panic") {
 			t.Errorf("%v: exit %d, stderr %q, want %q", c.args, code, errOut, c.want)
+		}
+	}
+}
+
+// TestServeQuantized: `npuserve serve` runs an msmodelslim checkpoint
+// (made by `npuserve quantize`) on the cpu backend: with --quantization
+// alone, which implies the Ascend backend, it warns once and runs on the
+// cpu; with --device cpu it runs without a warning. Either way greedy
+// tokens equal `npuserve generate`'s on the same dir. A dir without the
+// description, a description of another type and an explicit --device
+// ascend fail at start, naming the flag; --dry-run keeps the implied
+// Ascend plan.
+func TestServeQuantized(t *testing.T) {
+	tiny := filepath.Join(fixtures, "tiny")
+	dir := filepath.Join(t.TempDir(), "w8a8_dynamic")
+	if _, stderr, code := run(t, "quantize", "--model", tiny, "--out", dir, "--scheme", "w8a8_dynamic"); code != 0 {
+		t.Fatalf("quantize: exit %d: %s", code, stderr)
+	}
+	prompt := []int32{1, 2, 3, 4, 5}
+	stdout, stderr, code := run(t, "generate", "--model", dir, "--quantization", "ascend", "--prompt-ids", idsArg(prompt), "--max-tokens", "6", "--ignore-eos", "--json")
+	var gen generateResult
+	if code != 0 || json.Unmarshal([]byte(stdout), &gen) != nil || len(gen.TokenIDs) != 6 {
+		t.Fatalf("generate --quantization ascend: exit %d, %q, %s", code, stdout, stderr)
+	}
+	const warning = "--quantization ascend implies the Ascend backend, which this build does not have; running the msmodelslim checkpoint on the cpu backend"
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		warning bool
+	}{
+		{"implied ascend device", []string{"--quantization", "ascend"}, true},
+		{"--device cpu, w8a8_dynamic", []string{"--device", "cpu", "--quantization", "w8a8_dynamic"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startServeDir(t, dir, append(tc.args, "--max-num-seqs", "4", "--max-model-len", "256")...)
+			defer s.stop()
+			got := completionIDs(t, s, prompt, 6)
+			if !equalIDs(got, gen.TokenIDs) {
+				t.Errorf("served tokens %v, generate's %v", got, gen.TokenIDs)
+			}
+			log := s.log.String()
+			if n := strings.Count(log, warning); n != map[bool]int{true: 1, false: 0}[tc.warning] {
+				t.Errorf("warning %q logged %d times:\n%s", warning, n, log)
+			}
+			if !strings.Contains(log, "loaded W8A8_DYNAMIC checkpoint") {
+				t.Errorf("the quantized loader did not run:\n%s", log)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name string
+		dir  string
+		args []string
+		want []string
+	}{
+		{"no description", tiny, []string{"--quantization", "ascend"},
+			[]string{"--quantization ascend: " + tiny + " has no quant_model_description.json"}},
+		{"no description, --device cpu w8a8", tiny, []string{"--device", "cpu", "--quantization", "w8a8"},
+			[]string{"--quantization w8a8: " + tiny + " has no quant_model_description.json"}},
+		{"another type", dir, []string{"--device", "cpu", "--quantization", "w8a8"},
+			[]string{"--quantization w8a8: ", "model_quant_type W8A8_DYNAMIC", "wants W8A8 "}},
+		{"implied device, another type", dir, []string{"--quantization", "mxfp8"},
+			[]string{"--quantization mxfp8: ", "model_quant_type W8A8_DYNAMIC", "wants W8A8_MXFP8"}},
+		{"explicit --device ascend", dir, []string{"--device", "ascend", "--quantization", "ascend"},
+			[]string{"--device ascend: this build has only the cpu backend"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, code := run(t, append([]string{"serve", tc.dir, "--port", freePort(t)}, tc.args...)...)
+			if code == 0 || strings.Contains(stderr, "panic") || strings.Contains(stderr, "implies the Ascend backend") {
+				t.Errorf("exit %d, stderr %q", code, stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr %q, want %q", stderr, w)
+				}
+			}
+		})
+	}
+	// --dry-run plans what vllm-ascend would run, unless --device cpu.
+	for _, tc := range []struct {
+		args    []string
+		backend string
+	}{
+		{[]string{"--quantization", "ascend"}, "ascend"},
+		{[]string{"--quantization", "ascend", "--device", "cpu"}, "cpu"},
+	} {
+		stdout, stderr, code := run(t, append([]string{"serve", dir, "--dry-run"}, tc.args...)...)
+		var plan struct {
+			Device  struct{ Backend string }
+			Weights struct {
+				DeviceFormat string `json:"device_format"`
+			}
+		}
+		if code != 0 || json.Unmarshal([]byte(stdout), &plan) != nil {
+			t.Fatalf("--dry-run %v: exit %d: %s", tc.args, code, stderr)
+		}
+		if plan.Device.Backend != tc.backend || plan.Weights.DeviceFormat != "w8a8_dynamic" || strings.Contains(stderr, "implies") {
+			t.Errorf("--dry-run %v: backend %q, device format %q, stderr %q", tc.args, plan.Device.Backend, plan.Weights.DeviceFormat, stderr)
 		}
 	}
 }

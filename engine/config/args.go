@@ -93,7 +93,7 @@ type EngineArgs struct {
 	DryRun           bool   // --dry-run: print the resolved Plan and exit
 	DeviceMemory     int64  // --device-memory in bytes (0 = unknown)
 	DeviceMemoryName string // the preset --device-memory named, if any
-	Device           string // --device: cpu | ascend (default: ascend for an Ascend preset, else cpu)
+	Device           string // --device: cpu | ascend (default: ascend for an Ascend preset or weight format, else cpu)
 	Threads          int    // --threads: CPU backend threads (0 = all cores)
 
 	// given maps each flag that was set to where: "flag" or
@@ -107,6 +107,9 @@ type EngineArgs struct {
 	// against DP×TP by BuildPlan.
 	epSizeKey string
 	epSize    int
+	// deviceFallback is why RunImpliedAscendOnCPU moved the deployment
+	// to the cpu backend ("" when it did not).
+	deviceFallback string
 }
 
 // Defaults returns EngineArgs with vLLM's defaults (and npuserve's for its
@@ -697,21 +700,40 @@ func (a *EngineArgs) validate() error {
 		return fmt.Errorf("--max-num-batched-tokens: must be at least --max-num-seqs (%d), got %d", a.MaxNumSeqs, a.MaxNumBatchedTokens)
 	}
 	ascendPreset := a.DeviceMemoryName != ""
-	ascendQuant := a.Quantization != "" && a.Quantization != "fp8"
 	if a.Device == "" {
 		// Like vllm-ascend, an Ascend-only weight format or an Ascend
-		// device preset means the Ascend backend.
+		// device preset means the Ascend backend. (The cpu backend runs
+		// these formats too, from an msmodelslim checkpoint, when asked
+		// with --device cpu; see RunImpliedAscendOnCPU.)
 		a.Device = "cpu"
-		if ascendPreset || ascendQuant {
+		if ascendPreset || a.ascendQuant() {
 			a.Device = "ascend"
 		}
 	} else if a.Device == "cpu" && ascendPreset {
 		return fmt.Errorf("--device-memory: %s is an Ascend device but --device is cpu (give a byte size for the cpu)", a.DeviceMemoryName)
 	}
-	if a.Device == "cpu" && ascendQuant {
-		return fmt.Errorf("--quantization: the cpu backend runs float32/bfloat16 weights (and dequantises block-FP8), not %s", a.Quantization)
-	}
 	return nil
+}
+
+// ascendQuant reports whether --quantization names an Ascend weight
+// format (msmodelslim's, or MXFP8): everything but fp8.
+func (a *EngineArgs) ascendQuant() bool {
+	return a.Quantization != "" && a.Quantization != "fp8"
+}
+
+// RunImpliedAscendOnCPU moves a deployment whose Ascend backend only
+// --quantization implied (no --device, no Ascend --device-memory preset)
+// to the cpu backend, which runs msmodelslim checkpoints with its int8 and
+// MXFP8 kernels, and returns the one-line warning to log; it returns ""
+// and changes nothing otherwise. `npuserve serve` calls it in a build
+// without the Ascend backend; --dry-run plans keep the implied device.
+func (a *EngineArgs) RunImpliedAscendOnCPU() string {
+	if a.Device != "ascend" || a.Given("device") || a.DeviceMemoryName != "" || !a.ascendQuant() {
+		return ""
+	}
+	a.Device = "cpu"
+	a.deviceFallback = "--quantization " + a.Quantization + " implies the Ascend backend, which this build does not have: the cpu backend"
+	return fmt.Sprintf("--quantization %s implies the Ascend backend, which this build does not have; running the msmodelslim checkpoint on the cpu backend", a.Quantization)
 }
 
 // deviceSource says why the backend was chosen.
@@ -719,9 +741,11 @@ func (a *EngineArgs) deviceSource() string {
 	switch {
 	case a.Given("device"):
 		return a.Source("device")
+	case a.deviceFallback != "":
+		return a.deviceFallback
 	case a.DeviceMemoryName != "":
 		return "--device-memory " + a.DeviceMemoryName
-	case a.Quantization != "" && a.Quantization != "fp8":
+	case a.ascendQuant():
 		return "--quantization " + a.Quantization + " (an Ascend weight format)"
 	}
 	return "default"

@@ -464,7 +464,6 @@ func TestArgValidationErrors(t *testing.T) {
 		{[]string{"m", "-dp", "2", "-dpr", "1", "--headless", "-dpa", "h", "-dpl", "0"}, "--data-parallel-size-local: must be > 0 with --headless, got 0"},
 		{[]string{"m", "--enable-auto-tool-choice"}, "--enable-auto-tool-choice: needs --tool-call-parser"},
 		{[]string{"m", "--max-num-seqs", "64", "--max-num-batched-tokens", "32"}, "--max-num-batched-tokens: must be at least --max-num-seqs (64), got 32"},
-		{[]string{"m", "--device", "cpu", "--quantization", "ascend"}, "--quantization: the cpu backend runs float32/bfloat16 weights (and dequantises block-FP8), not ascend"},
 		{[]string{"m", "--device", "cpu", "--device-memory", "950dt"}, "--device-memory: 950dt is an Ascend device but --device is cpu"},
 		{[]string{"m", "--config", "testdata/settings/missing.json"}, "--config: open testdata/settings/missing.json"},
 	}

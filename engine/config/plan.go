@@ -414,8 +414,11 @@ func (pl *planner) resolveWeights(p *Plan) error {
 	w.DeviceFormat = format
 	if p.Device.Backend == "cpu" {
 		// The CPU loader keeps matrices in --dtype (auto: as stored, FP8
-		// dequantised to BF16) and everything else in F32.
+		// dequantised to BF16) and everything else in F32; the quantized
+		// linears of an msmodelslim checkpoint stay int8 / float8 and run
+		// on the int8 and MXFP8 CPU kernels.
 		m := format
+		modelslim := false
 		switch format {
 		case fmtFP8Block:
 			m = fmtBF16
@@ -427,6 +430,9 @@ func (pl *planner) resolveWeights(p *Plan) error {
 				m = fmtF32
 			}
 			p.Notes = append(p.Notes, "--quantization fp8 has no effect on the cpu backend: a checkpoint without FP8 weights loads as stored")
+		case fmtW8A8, fmtW8A8Dyn, fmtMXFP8:
+			modelslim = true
+			m = pl.storedFloat() // the FLOAT matrices load as stored
 		}
 		switch a.Dtype {
 		case "float", "float32":
@@ -436,12 +442,28 @@ func (pl *planner) resolveWeights(p *Plan) error {
 		case "half", "float16":
 			return fmt.Errorf("--dtype: the cpu backend keeps weights in float32 or bfloat16, not %s", a.Dtype)
 		}
-		w.DeviceFormat = m
-		pl.fmt = m
 		pl.matrixBytes = dtypeBytes(m)
-		w.QuantizedBytes = "none"
 		w.MatrixBytes, w.OtherBytes = int(pl.matrixBytes), int(pl.otherBytes)
-		w.Scales = "none (matmul weights in " + m + ", other tensors float32)"
+		if !modelslim {
+			w.DeviceFormat = m
+			pl.fmt = m
+			w.QuantizedBytes = "none"
+			w.Scales = "none (matmul weights in " + m + ", other tensors float32)"
+			return nil
+		}
+		pl.fmt = format
+		switch format {
+		case fmtW8A8:
+			w.QuantizedBytes = "1 (int8)"
+			w.Scales = "per output channel: deq_scale (fp32) + quant_bias (int32), per-tensor input scale and offset; routed experts W8A8_DYNAMIC (fp32 weight_scale per output channel)"
+		case fmtW8A8Dyn:
+			w.QuantizedBytes = "1 (int8)"
+			w.Scales = "per output channel: weight_scale (fp32); activations quantized per token at run time"
+		case fmtMXFP8:
+			w.QuantizedBytes = "1 (float8_e4m3) + 1/32 (e8m0 scale per 32 along K)"
+			w.Scales = "one e8m0 byte per 32 input elements of each row"
+		}
+		w.Scales += "; FLOAT matmul weights in " + m + ", other tensors float32"
 		return nil
 	}
 	pl.fmt = format
@@ -481,20 +503,35 @@ func (pl *planner) checkpointFormat() (format, source string, err error) {
 	if qerr != nil {
 		return "", "", qerr
 	}
-	plain := func() string {
-		switch pl.c.Dtype {
-		case fmtF32, "":
-			return fmtF32
-		case fmtF16:
-			return fmtF16
+	if pl.backend == "cpu" {
+		// The cpu loader reads an msmodelslim checkpoint whenever the
+		// description is there (--quantization ascend or none), and the
+		// Ascend weight formats only from one.
+		switch a.Quantization {
+		case "":
+			if dir != "" {
+				qt, found, err := readModelslimType(dir)
+				if err != nil {
+					return "", "", err
+				}
+				if found {
+					return pl.modelslimFormat(qt, "quant_model_description.json model_quant_type "+qt+" (no --quantization: the cpu loader detects msmodelslim checkpoints)", "")
+				}
+			}
+		case "fp8":
+		default:
+			qt, err := checkModelslim(a.Quantization, a.Model)
+			if err != nil {
+				return "", "", err
+			}
+			return pl.modelslimFormat(qt, "--quantization "+a.Quantization+": quant_model_description.json model_quant_type "+qt, a.Quantization)
 		}
-		return fmtBF16
 	}
 	switch a.Quantization {
 	case "":
 		switch method {
 		case "":
-			return plain(), "config.json dtype " + pl.c.Dtype, nil
+			return pl.storedFloat(), "config.json dtype " + pl.c.Dtype, nil
 		case "fp8":
 			if block {
 				return fmtFP8Block, "config.json quantization_config (fp8, weight_block_size [128, 128])", nil
@@ -521,18 +558,7 @@ func (pl *planner) checkpointFormat() (format, source string, err error) {
 			return "", "", err
 		}
 		if found {
-			src := "--quantization ascend: quant_model_description.json model_quant_type " + qt
-			switch qt {
-			case "W8A8":
-				return fmtW8A8, src, nil
-			case "W8A8_DYNAMIC":
-				return fmtW8A8Dyn, src, nil
-			case "W8A8_MXFP8":
-				return fmtMXFP8, src, nil
-			case "FLOAT":
-				return plain(), src, nil
-			}
-			return "", "", fmt.Errorf("--quantization ascend: model_quant_type %q in quant_model_description.json is not supported (W8A8, W8A8_DYNAMIC, W8A8_MXFP8 or FLOAT)", qt)
+			return pl.modelslimFormat(qt, "--quantization ascend: quant_model_description.json model_quant_type "+qt, "ascend")
 		}
 	}
 	name := strings.ToLower(filepath.Base(a.Model))
@@ -543,6 +569,103 @@ func (pl *planner) checkpointFormat() (format, source string, err error) {
 		return fmtW8A8Dyn, "--quantization ascend: W8A8_DYNAMIC inferred from the model name (no quant_model_description.json read)", nil
 	}
 	return "", "", fmt.Errorf("--quantization ascend: no quant_model_description.json in %q and the name does not say w8a8 or mxfp8; pass --quantization w8a8, w8a8_dynamic or w8a8_mxfp8", a.Model)
+}
+
+// storedFloat is the format of the checkpoint's float weights, as
+// config.json's dtype says.
+func (pl *planner) storedFloat() string {
+	switch pl.c.Dtype {
+	case fmtF32, "":
+		return fmtF32
+	case fmtF16:
+		return fmtF16
+	}
+	return fmtBF16
+}
+
+// modelslimFormat is the format of an msmodelslim checkpoint whose
+// description says model_quant_type qt; flag is the --quantization value
+// that read it ("" for none), for the error.
+func (pl *planner) modelslimFormat(qt, source, flag string) (string, string, error) {
+	switch qt {
+	case "W8A8":
+		return fmtW8A8, source, nil
+	case "W8A8_DYNAMIC":
+		return fmtW8A8Dyn, source, nil
+	case "W8A8_MXFP8":
+		return fmtMXFP8, source, nil
+	case "FLOAT":
+		return pl.storedFloat(), source, nil
+	}
+	what := "--quantization " + flag
+	if flag == "" {
+		what = "--model"
+	}
+	return "", "", fmt.Errorf("%s: model_quant_type %q in quant_model_description.json is not supported (W8A8, W8A8_DYNAMIC, W8A8_MXFP8 or FLOAT)", what, qt)
+}
+
+// descriptionFile is msmodelslim's description of a quantized checkpoint.
+const descriptionFile = "quant_model_description.json"
+
+// modelslimType is the model_quant_type the description of a checkpoint
+// must have for --quantization q ("" for ascend: the description says).
+func modelslimType(q string) string {
+	switch q {
+	case "w8a8":
+		return "W8A8"
+	case "w8a8_dynamic":
+		return "W8A8_DYNAMIC"
+	case "w8a8_mxfp8", "mxfp8", "modelopt_mxfp8":
+		return "W8A8_MXFP8"
+	}
+	return ""
+}
+
+// checkModelslim checks that model is the msmodelslim checkpoint that
+// --quantization q (an Ascend weight format) asks the cpu backend for: a
+// local directory with quant_model_description.json whose
+// model_quant_type matches q. It returns the model_quant_type.
+func checkModelslim(q, model string) (string, error) {
+	dir := localDir(model)
+	if dir == "" {
+		return "", fmt.Errorf("--quantization %s: the cpu backend reads msmodelslim checkpoints from a local directory, and %q is not one", q, model)
+	}
+	qt, found, err := readModelslimType(dir)
+	if err != nil {
+		return "", fmt.Errorf("--quantization %s: %v", q, err)
+	}
+	if !found {
+		return "", fmt.Errorf("--quantization %s: %s has no %s, so it is not an msmodelslim checkpoint, which the cpu backend needs for this format (`npuserve quantize` writes one; leave --quantization out to load the float weights)",
+			q, dir, descriptionFile)
+	}
+	if want := modelslimType(q); want != "" && qt != want {
+		return "", fmt.Errorf("--quantization %s: %s in %s says model_quant_type %s, but --quantization %s wants %s (pass --quantization ascend to run what the description says)",
+			q, descriptionFile, dir, qt, q, want)
+	}
+	return qt, nil
+}
+
+// CPULoadQuantization resolves --quantization (as given, "" when not) to
+// the cpu loader's mode (glm5next.LoadOptions.Quantization) for the
+// checkpoint in dir: "" (auto-detect an msmodelslim checkpoint) without
+// the flag and for fp8; "ascend" for ascend, w8a8, w8a8_dynamic and
+// w8a8_mxfp8 (mxfp8 and modelopt_mxfp8 are its aliases), after checking
+// that dir has quant_model_description.json and, for the named formats,
+// that its model_quant_type is the one asked for. Errors name
+// --quantization, dir and both types.
+func CPULoadQuantization(quantization, dir string) (string, error) {
+	switch quantization {
+	case "", "None", "fp8":
+		return "", nil
+	}
+	var q string
+	if err := choice(&q, quantization, quantizationChoices); err != nil {
+		return "", fmt.Errorf("--quantization: %v", err)
+	}
+	if _, err := checkModelslim(quantization, dir); err != nil {
+		return "", err
+	}
+	return "ascend", nil
 }
 
 // localDir returns path when it is a local directory, else "".
@@ -595,7 +718,7 @@ type quantConfig struct {
 // readModelslimType reads model_quant_type from msmodelslim's
 // quant_model_description.json.
 func readModelslimType(dir string) (string, bool, error) {
-	path := filepath.Join(dir, "quant_model_description.json")
+	path := filepath.Join(dir, descriptionFile)
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", false, nil
@@ -672,7 +795,7 @@ func (pl *planner) expertsOf(e int) (first, n int) {
 
 // tensorBytes is the memory of count tensors of rows×cols on a rank.
 func (pl *planner) tensorBytes(g tensorGroup, count, rows, cols int64) int64 {
-	if !g.quant || pl.backend == "cpu" {
+	if !g.quant || (pl.backend == "cpu" && !isModelslimFormat(pl.fmt)) {
 		elem := pl.otherBytes
 		if g.matrix {
 			elem = pl.matrixBytes
@@ -683,9 +806,12 @@ func (pl *planner) tensorBytes(g tensorGroup, count, rows, cols int64) int64 {
 	var per int64
 	switch pl.fmt {
 	case fmtW8A8:
-		if g.experts > 0 { // routed experts are W8A8_DYNAMIC
+		switch {
+		case g.experts > 0: // routed experts are W8A8_DYNAMIC
 			per = w + rows*4
-		} else {
+		case pl.backend == "cpu": // deq_scale (fp32) + quant_bias (int32)
+			per = w + rows*(4+4)
+		default:
 			per = w + rows*(2+2+4+4) + 3
 		}
 	case fmtW8A8Dyn:
@@ -949,6 +1075,12 @@ func (pl *planner) layout(p *Plan) {
 	if pl.ep > 0 && c.NRoutedExperts%pl.ep != 0 {
 		p.Notes = append(p.Notes, fmt.Sprintf("%d routed experts over %d EP ranks: the first %d ranks hold one more", c.NRoutedExperts, pl.ep, c.NRoutedExperts%pl.ep))
 	}
+}
+
+// isModelslimFormat reports whether f is a format of msmodelslim
+// checkpoints, which the cpu backend also runs quantized.
+func isModelslimFormat(f string) bool {
+	return f == fmtW8A8 || f == fmtW8A8Dyn || f == fmtMXFP8
 }
 
 func isQuantFormat(f string) bool {

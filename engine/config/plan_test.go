@@ -222,28 +222,222 @@ func TestPlanSeedDeployments(t *testing.T) {
 	}
 }
 
+// modelslimDir is a model directory with GLM-5.3-Flash's config.json and
+// msmodelslim's description saying model_quant_type qt (no weights: the
+// plan reads none).
+func modelslimDir(t *testing.T, qt string) string {
+	t.Helper()
+	dir := t.TempDir()
+	data, err := os.ReadFile(filepath.Join(fullDir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Without the FP8 quantization_config: msmodelslim checkpoints have none.
+	var doc map[string]any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	delete(doc, "quantization_config")
+	out, _ := json.Marshal(doc)
+	os.WriteFile(filepath.Join(dir, "config.json"), out, 0o644)
+	os.WriteFile(filepath.Join(dir, "quant_model_description.json"), []byte(`{"version": "1.0.0", "model_quant_type": "`+qt+`", "model.embed_tokens.weight": "FLOAT"}`), 0o644)
+	return dir
+}
+
+// TestPlanCPUQuantized: the cpu backend runs msmodelslim checkpoints
+// quantized (--device cpu with an Ascend weight format, or no flag), the
+// plan counting their bytes from the description's type; the named
+// formats must match the description, and a dir without one fails naming
+// --quantization.
+func TestPlanCPUQuantized(t *testing.T) {
+	full := loadModel(t, fullDir)
+	dyn, static, mx := modelslimDir(t, "W8A8_DYNAMIC"), modelslimDir(t, "W8A8"), modelslimDir(t, "W8A8_MXFP8")
+	const perLayer = 42 * 18 // TP16 EP: 18 experts per rank
+	dynExperts := int64(perLayer * (2*(2048*4096+2048*4) + (4096*2048 + 4096*4)))
+	mxExperts := int64(perLayer * (2*(2048*4096+2048*4096/32) + (4096*2048 + 4096*2048/32)))
+	cases := []struct {
+		name    string
+		args    []string
+		format  string // checkpoint and device format
+		source  string
+		quant   string // quantized_bytes_per_param
+		experts int64  // routed experts' bytes on the largest rank
+		err     []string
+	}{
+		{"ascend, W8A8_DYNAMIC", []string{dyn, "--device", "cpu", "--quantization", "ascend", "-tp", "16", "-ep"},
+			"w8a8_dynamic", "--quantization ascend: quant_model_description.json model_quant_type W8A8_DYNAMIC", "1 (int8)", dynExperts, nil},
+		{"ascend, W8A8: experts dynamic", []string{static, "--device", "cpu", "--quantization", "ascend", "-tp", "16", "-ep"},
+			"w8a8", "--quantization ascend: quant_model_description.json model_quant_type W8A8", "1 (int8)", dynExperts, nil},
+		{"ascend, W8A8_MXFP8", []string{mx, "--device", "cpu", "-q", "ascend", "-tp", "16", "-ep"},
+			"mxfp8", "--quantization ascend: quant_model_description.json model_quant_type W8A8_MXFP8", "1 (float8_e4m3) + 1/32 (e8m0 scale per 32 along K)", mxExperts, nil},
+		{"w8a8_dynamic matches", []string{dyn, "--device", "cpu", "--quantization", "w8a8_dynamic", "-tp", "16", "-ep"},
+			"w8a8_dynamic", "--quantization w8a8_dynamic: quant_model_description.json model_quant_type W8A8_DYNAMIC", "1 (int8)", dynExperts, nil},
+		{"modelopt_mxfp8 is w8a8_mxfp8", []string{mx, "--device", "cpu", "--quantization", "modelopt_mxfp8", "-tp", "16", "-ep"},
+			"mxfp8", "--quantization modelopt_mxfp8: quant_model_description.json model_quant_type W8A8_MXFP8", "1 (float8_e4m3) + 1/32 (e8m0 scale per 32 along K)", mxExperts, nil},
+		{"no flag: detected", []string{dyn, "-tp", "16", "-ep"},
+			"w8a8_dynamic", "quant_model_description.json model_quant_type W8A8_DYNAMIC (no --quantization: the cpu loader detects msmodelslim checkpoints)", "1 (int8)", dynExperts, nil},
+		{"w8a8 vs a W8A8_DYNAMIC description", []string{dyn, "--device", "cpu", "--quantization", "w8a8"}, "", "", "", 0,
+			[]string{"--quantization w8a8: ", dyn, "model_quant_type W8A8_DYNAMIC", "wants W8A8 "}},
+		{"mxfp8 vs a W8A8 description", []string{static, "--device", "cpu", "--quantization", "mxfp8"}, "", "", "", 0,
+			[]string{"--quantization mxfp8: ", "model_quant_type W8A8,", "wants W8A8_MXFP8"}},
+		{"ascend without a description", []string{fullDir, "--device", "cpu", "--quantization", "ascend"}, "", "", "", 0,
+			[]string{"--quantization ascend: ", fullDir + " has no quant_model_description.json"}},
+		{"w8a8_dynamic without a description", []string{fullDir, "--device", "cpu", "--quantization", "w8a8_dynamic"}, "", "", "", 0,
+			[]string{"--quantization w8a8_dynamic: ", fullDir + " has no quant_model_description.json"}},
+		{"not a local dir", []string{"org/GLM-5.3-Flash-w8a8", "--device", "cpu", "--quantization", "ascend"}, "", "", "", 0,
+			[]string{"--quantization ascend: ", `"org/GLM-5.3-Flash-w8a8" is not one`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := BuildPlan(mustServe(t, tc.args...), full, nil)
+			if tc.err != nil {
+				if err == nil {
+					t.Fatalf("no error, want %q", tc.err)
+				}
+				for _, w := range tc.err {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q, want it to contain %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want(t, "backend", p.Device.Backend, "cpu")
+			want(t, "checkpoint format", p.Weights.CheckpointFormat, tc.format)
+			want(t, "device format", p.Weights.DeviceFormat, tc.format)
+			want(t, "format source", p.Weights.FormatSource, tc.source)
+			want(t, "quantized bytes", p.Weights.QuantizedBytes, tc.quant)
+			want(t, "matrix bytes (FLOAT matrices as stored, bf16)", p.Weights.MatrixBytes, 2)
+			for _, x := range p.Weights.Parts {
+				if x.Name == partRoutedExperts {
+					want(t, "routed experts quantized", x.Quantized, true)
+					want(t, "routed experts bytes", x.BytesPerRank, tc.experts)
+				}
+			}
+		})
+	}
+	// Static W8A8 on the cpu: int8 + deq_scale (fp32) + quant_bias (int32)
+	// per output row of the shared experts; the float plan is larger.
+	shared := func(args ...string) int64 {
+		p, err := BuildPlan(mustServe(t, args...), full, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range p.Weights.Parts {
+			if x.Name == partSharedExperts {
+				return x.BytesPerRank
+			}
+		}
+		t.Fatal("no shared experts part")
+		return 0
+	}
+	ish, d := int64(full.MoEIntermediateSize*full.NSharedExperts), int64(full.HiddenSize)
+	want(t, "w8a8 shared experts on the cpu", shared(static, "--device", "cpu", "-q", "ascend"),
+		int64(full.NumHiddenLayers-full.FirstKDenseReplace)*(2*(ish*d+ish*8)+(d*ish+d*8)))
+	// --dtype float32 widens the FLOAT matrices, not the quantized ones.
+	p, err := BuildPlan(mustServe(t, dyn, "--device", "cpu", "-q", "ascend", "--dtype", "float32", "-tp", "16", "-ep"), full, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want(t, "float32 matrix bytes", p.Weights.MatrixBytes, 4)
+	want(t, "quantized format kept", p.Weights.DeviceFormat, "w8a8_dynamic")
+}
+
+// TestPlanImpliedAscendOnCPU: --quantization alone implies the Ascend
+// backend in plans (as vllm-ascend); serve moves it to the cpu backend,
+// which the plan then names as the reason, and counts the weights
+// quantized. An explicit --device ascend or an Ascend preset stays.
+func TestPlanImpliedAscendOnCPU(t *testing.T) {
+	full := loadModel(t, fullDir)
+	dyn := modelslimDir(t, "W8A8_DYNAMIC")
+	cases := []struct {
+		name    string
+		args    []string
+		before  string // the backend FromCLI resolves
+		warning string // RunImpliedAscendOnCPU's, "" for none
+		source  string // the plan's backend_source after it
+	}{
+		{"implied by --quantization", []string{dyn, "--quantization", "ascend"}, "ascend",
+			"--quantization ascend implies the Ascend backend, which this build does not have; running the msmodelslim checkpoint on the cpu backend",
+			"--quantization ascend implies the Ascend backend, which this build does not have: the cpu backend"},
+		{"implied by w8a8_dynamic", []string{dyn, "-q", "w8a8_dynamic"}, "ascend",
+			"--quantization w8a8_dynamic implies the Ascend backend, which this build does not have; running the msmodelslim checkpoint on the cpu backend",
+			"--quantization w8a8_dynamic implies the Ascend backend, which this build does not have: the cpu backend"},
+		{"explicit --device ascend", []string{dyn, "--device", "ascend", "--quantization", "ascend"}, "ascend", "", "flag"},
+		{"Ascend preset", []string{dyn, "--device-memory", "atlas-800-a3", "--quantization", "ascend", "-tp", "16", "-ep"}, "ascend", "", "--device-memory atlas-800-a3"},
+		{"explicit --device cpu", []string{dyn, "--device", "cpu", "--quantization", "ascend"}, "cpu", "", "flag"},
+		{"fp8 is not an Ascend format", []string{dyn, "--quantization", "fp8"}, "cpu", "", "default"},
+		{"no flag", []string{dyn}, "cpu", "", "default"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := mustServe(t, tc.args...)
+			want(t, "device", a.Device, tc.before)
+			want(t, "warning", a.RunImpliedAscendOnCPU(), tc.warning)
+			p, err := BuildPlan(a, full, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantBackend := tc.before
+			if tc.warning != "" {
+				wantBackend = "cpu"
+				want(t, "format", p.Weights.DeviceFormat, "w8a8_dynamic")
+			}
+			want(t, "backend", p.Device.Backend, wantBackend)
+			want(t, "backend source", p.Device.BackendSource, tc.source)
+		})
+	}
+}
+
+// TestCPULoadQuantization: --quantization to the cpu loader's mode, the
+// checkpoint checked against it.
+func TestCPULoadQuantization(t *testing.T) {
+	dyn, mx := modelslimDir(t, "W8A8_DYNAMIC"), modelslimDir(t, "W8A8_MXFP8")
+	cases := []struct {
+		q, dir string
+		mode   string
+		err    []string
+	}{
+		{"", fullDir, "", nil},
+		{"", dyn, "", nil},
+		{"fp8", dyn, "", nil},
+		{"ascend", dyn, "ascend", nil},
+		{"w8a8_dynamic", dyn, "ascend", nil},
+		{"w8a8_mxfp8", mx, "ascend", nil},
+		{"mxfp8", mx, "ascend", nil},
+		{"modelopt_mxfp8", mx, "ascend", nil},
+		{"ascend", fullDir, "", []string{"--quantization ascend: " + fullDir + " has no quant_model_description.json"}},
+		{"w8a8", dyn, "", []string{"--quantization w8a8: ", dyn, "model_quant_type W8A8_DYNAMIC", "wants W8A8 "}},
+		{"w8a8_dynamic", mx, "", []string{"--quantization w8a8_dynamic: ", "model_quant_type W8A8_MXFP8", "wants W8A8_DYNAMIC"}},
+		{"awq", dyn, "", []string{`--quantization: must be one of ascend, fp8`, `got "awq"`}},
+	}
+	for _, tc := range cases {
+		mode, err := CPULoadQuantization(tc.q, tc.dir)
+		if tc.err == nil {
+			if err != nil || mode != tc.mode {
+				t.Errorf("CPULoadQuantization(%q, %s) = %q, %v; want %q", tc.q, tc.dir, mode, err, tc.mode)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("CPULoadQuantization(%q, %s) = %q, want an error", tc.q, tc.dir, mode)
+			continue
+		}
+		for _, w := range tc.err {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("CPULoadQuantization(%q, %s): error %q, want it to contain %q", tc.q, tc.dir, err, w)
+			}
+		}
+	}
+}
+
 // TestPlanWeightFormats: how --quantization and the checkpoint's files
 // resolve to bytes.
 func TestPlanWeightFormats(t *testing.T) {
 	full := loadModel(t, fullDir)
-	// A model directory with msmodelslim's description.
-	desc := func(qt string) string {
-		dir := t.TempDir()
-		data, err := os.ReadFile(filepath.Join(fullDir, "config.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Without the FP8 quantization_config: msmodelslim checkpoints have none.
-		var doc map[string]any
-		if err := json.Unmarshal(data, &doc); err != nil {
-			t.Fatal(err)
-		}
-		delete(doc, "quantization_config")
-		out, _ := json.Marshal(doc)
-		os.WriteFile(filepath.Join(dir, "config.json"), out, 0o644)
-		os.WriteFile(filepath.Join(dir, "quant_model_description.json"), []byte(`{"version": "1.0.0", "model_quant_type": "`+qt+`", "model.embed_tokens.weight": "FLOAT"}`), 0o644)
-		return dir
-	}
+	desc := func(qt string) string { return modelslimDir(t, qt) }
 	cases := []struct {
 		name   string
 		args   []string
