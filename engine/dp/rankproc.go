@@ -189,6 +189,12 @@ func RunRank(ctx context.Context, spec RankSpec, settings Settings, role RankRol
 		stop(errors.New("dp: leaving the group"))
 		return err
 	case <-s.r.Done():
+		// The engine failed its requests: let their streams deliver that
+		// (with the rank it blames) before the process exits, or the head
+		// sees only broken streams.
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		srv.Shutdown(sctx)
+		cancel()
 		return finish()
 	case <-ctx.Done():
 		stop(errors.New("dp: rank process interrupted"))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/npuserve/npuserve/engine/config"
 	"github.com/npuserve/npuserve/engine/core"
@@ -24,7 +25,15 @@ const (
 	cmdForward = 2 // Forward of the payload's batch (hdr[1] payload words)
 	cmdDummy   = 3 // DummyStep
 	cmdStop    = 4 // leave the loop
+	cmdNoop    = 5 // keepalive of an idle leader
 )
+
+// KeepaliveInterval is how often an idle leader tells its followers it is
+// alive. A follower waits for the next command in a broadcast bounded by
+// the communicator's timeout (HCCL_EXEC_TIMEOUT, 60 s by default); an
+// engine with no requests sends nothing, so without these a TP group
+// died after a minute of idleness.
+var KeepaliveInterval = 500 * time.Millisecond
 
 // headerWords is the header length (I32 words): command, 3 arguments and
 // the command's sequence number, checked by followers.
@@ -43,10 +52,15 @@ type Leader struct {
 	hdr      *npu.Tensor // I32 [headerWords]
 	payload  *npu.Tensor // I32 scratch, grown as needed
 	seq      int32
-	mu       sync.Mutex
-	stopped  bool
 	enc      []int32
 	hdrBytes []byte
+
+	// mu serialises the engine's calls with the keepalive: every
+	// collective on tp (the model's inside Forward too) runs under it.
+	mu       sync.Mutex
+	stopped  bool
+	lastSend time.Time
+	quit     chan struct{} // closed by Shutdown: ends the keepalive
 }
 
 var _ core.CollectiveModel = (*Leader)(nil)
@@ -58,8 +72,36 @@ func NewLeader(m *glm5next.Model, tp hccl.Comm) *Leader {
 	if tp != nil && tp.Size() > 1 {
 		l.tp = tp
 		l.hdr = m.Backend().Alloc(npu.I32, headerWords)
+		l.quit = make(chan struct{})
+		go l.keepalive(KeepaliveInterval)
 	}
 	return l
+}
+
+// keepalive sends cmdNoop whenever the leader sent nothing for interval,
+// until Shutdown; a failed send aborts tp (the engine's next step then
+// fails with the cause).
+func (l *Leader) keepalive(interval time.Duration) {
+	t := time.NewTicker(interval / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.quit:
+			return
+		case <-t.C:
+		}
+		if !l.mu.TryLock() { // a step is running: the followers are busy too
+			continue
+		}
+		if !l.stopped && time.Since(l.lastSend) >= interval {
+			if err := l.broadcastHeader(cmdNoop, 0, 0, 0); err != nil {
+				l.tp.Abort(fmt.Errorf("worker: TP leader keepalive: %w", err))
+				l.mu.Unlock()
+				return
+			}
+		}
+		l.mu.Unlock()
+	}
 }
 
 // Model is the wrapped model.
@@ -86,6 +128,8 @@ func (l *Leader) Collective() bool { return l.tp != nil || l.m.Collective() }
 
 // NewCache implements core.Model: the followers allocate the same cache.
 func (l *Leader) NewCache(numBlocks, blockSize, stateSlots int) (*glm5next.Cache, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.tp != nil {
 		if err := l.broadcastHeader(cmdCache, numBlocks, blockSize, stateSlots); err != nil {
 			return nil, fmt.Errorf("worker: telling the TP followers to allocate the cache: %w", err)
@@ -96,6 +140,8 @@ func (l *Leader) NewCache(numBlocks, blockSize, stateSlots int) (*glm5next.Cache
 
 // Forward implements core.Model: the followers run the same batch.
 func (l *Leader) Forward(c *glm5next.Cache, b *glm5next.Batch) *npu.Tensor {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.tp != nil {
 		l.enc = encodeBatch(l.enc[:0], b, c.BlockSize, l.m.Config().IndexKPool)
 		l.send(cmdForward, len(l.enc), 0, 0)
@@ -111,6 +157,8 @@ func (l *Leader) Forward(c *glm5next.Cache, b *glm5next.Batch) *npu.Tensor {
 
 // DummyStep implements core.CollectiveModel.
 func (l *Leader) DummyStep(c *glm5next.Cache) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.send(cmdDummy, 0, 0, 0)
 	l.m.DummyStep(c)
 }
@@ -126,6 +174,7 @@ func (l *Leader) Shutdown() error {
 		return nil
 	}
 	l.stopped = true
+	close(l.quit)
 	return l.broadcastHeader(cmdStop, 0, 0, 0)
 }
 
@@ -141,6 +190,7 @@ func (l *Leader) send(cmd, a, b, c int) {
 }
 
 func (l *Leader) broadcastHeader(cmd, a, b, c int) error {
+	l.lastSend = time.Now()
 	l.seq++
 	l.hdrBytes = npu.EncodeInt32s([]int32{int32(cmd), int32(a), int32(b), int32(c), l.seq})
 	l.m.Backend().Upload(l.hdr, l.hdrBytes)
@@ -214,6 +264,7 @@ func Follow(m *glm5next.Model, tp hccl.Comm) (err error) {
 				return fmt.Errorf("worker: TP follower %d: a dummy step before any cache", tp.Rank())
 			}
 			m.DummyStep(cache)
+		case cmdNoop:
 		case cmdStop:
 			return nil
 		default:
