@@ -813,7 +813,7 @@ func BenchmarkEngineDecode(b *testing.B) {
 				ps[i] = seeded(steps+1, uint64(i))
 				toks := make([]int32, prompt)
 				for j := range toks {
-					toks[j] = int32(r.IntN(8000))
+					toks[j] = int32(r.IntN(cfg.VocabSize))
 				}
 				ch, err := e.Add(&Request{ID: fmt.Sprint(i), PromptTokens: toks, Params: ps[i]})
 				if err != nil {
