@@ -83,7 +83,7 @@ func BenchmarkMatMul1024(b *testing.B) {
 // that they come from memory, not from cache.
 func BenchmarkMatMulDecode(b *testing.B) {
 	be := New(0)
-	for _, k := range []int{2048, 4096} {
+	for _, k := range []int{1024, 2048, 4096} {
 		copies := max(1, (512<<20)/(k*k*2))
 		ws := make([]*npu.Tensor, copies)
 		w0 := benchTensor(be, npu.BF16, k, k)

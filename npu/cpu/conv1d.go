@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/npuserve/npuserve/npu"
 )
@@ -47,11 +48,81 @@ func (be *Backend) Conv1dUpdate(out, x, state, w *npu.Tensor, seqs *npu.SeqLayou
 			}
 		}
 	}
-	qs := make([]int, nseq+1)
-	for b := range qs {
-		qs[b] = b
+	be.conv1dStep(out, x, state, w, seqs.StateSlot, silu)
+}
+
+// conv1dStep is Conv1dUpdate's work: one new row per sequence, the state
+// shifted in place, 16-bit weights widened on the fly (no allocation).
+func (be *Backend) conv1dStep(out, x, state, w *npu.Tensor, slots []int, silu bool) {
+	const op = "Conv1dUpdate"
+	nseq := x.Dim(0)
+	if w.Rank() != 2 || state.Rank() != 3 {
+		panic(fmt.Sprintf("cpu: %s wants x [T, C], w [C, W], state [slots, W-1, C]; got %v %v %v", op, x, w, state))
 	}
-	be.conv1d("Conv1dUpdate", out, x, state, w, qs, seqs.StateSlot, nseq, silu)
+	C, W := x.Dim(1), w.Dim(1)
+	if w.Dim(0) != C || W < 1 || state.Dim(1) != W-1 || state.Dim(2) != C {
+		panic(fmt.Sprintf("cpu: %s shapes x %v, w %v, state %v disagree", op, x, w, state))
+	}
+	if !npu.SameShape(out.Shape(), x.Shape()) {
+		panic(fmt.Sprintf("cpu: %s out %v does not match x %v", op, out, x))
+	}
+	if len(slots) != nseq {
+		panic(fmt.Sprintf("cpu: %s has %d sequences but %d state slots", op, nseq, len(slots)))
+	}
+	for _, s := range slots {
+		if s < 0 || s >= state.Dim(0) {
+			panic(fmt.Sprintf("cpu: %s state slot %d out of range for %v", op, s, state))
+		}
+	}
+	var wf []float32
+	var wh []uint16
+	switch w.DType() {
+	case npu.F32:
+		wf = F32(w)
+	case npu.BF16:
+		wh = U16(w)
+	default:
+		wf = weightF32(w)
+	}
+	o, xv, st := F32(out), F32(x), F32(state)
+	H := W - 1
+	be.parallelFor(nseq*C, 1<<13, func(lo, hi int) {
+		var wc [16]float32
+		for i := lo; i < hi; i++ {
+			b, c := i/C, i%C
+			xc := xv[b*C+c]
+			var ww []float32
+			if W <= len(wc) && wh != nil {
+				for j, h := range wh[c*W : (c+1)*W] {
+					wc[j] = math.Float32frombits(uint32(h) << 16)
+				}
+				ww = wc[:W]
+			} else if wh != nil {
+				ww = make([]float32, W)
+				for j, h := range wh[c*W : (c+1)*W] {
+					ww[j] = math.Float32frombits(uint32(h) << 16)
+				}
+			} else {
+				ww = wf[c*W : (c+1)*W]
+			}
+			sb := st[slots[b]*H*C+c:]
+			acc := ww[H] * xc
+			for j := 0; j < H; j++ {
+				acc += ww[j] * sb[j*C]
+			}
+			// Shift this channel's history by one row and append the input.
+			for j := 0; j+1 < H; j++ {
+				sb[j*C] = sb[(j+1)*C]
+			}
+			if H > 0 {
+				sb[(H-1)*C] = xc
+			}
+			if silu {
+				acc = silu32(acc)
+			}
+			o[b*C+c] = acc
+		}
+	})
 }
 
 func (be *Backend) conv1d(op string, out, x, state, w *npu.Tensor, qs, slots []int, nseq int, silu bool) {

@@ -143,10 +143,14 @@ func toF32(d []float32, s []byte, sdt npu.DType) {
 	case npu.F32:
 		copy(d, f32s(s))
 	case npu.BF16:
+		i := 0
+		if vecAVX512() {
+			i = bf16ToF32SIMD(d, s)
+		}
 		sh := u16s(s)
-		sh = sh[:len(d)]
-		for i, h := range sh {
-			d[i] = math.Float32frombits(uint32(h) << 16)
+		sh = sh[i:len(d)]
+		for j, h := range sh {
+			d[i+j] = math.Float32frombits(uint32(h) << 16)
 		}
 	case npu.F16:
 		sh := u16s(s)

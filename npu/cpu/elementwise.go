@@ -96,9 +96,64 @@ func (be *Backend) Scale(out, x *npu.Tensor, s float32) {
 	})
 }
 
-// sigmoid32 is 1/(1+exp(-x)) in float32 (computed through float64 exp).
+// sigmoid32 is 1/(1+exp(-x)) in float32, through exp32: within 4 ulp of
+// the correctly rounded result (see TestSigmoid32Accuracy).
 func sigmoid32(x float32) float32 {
-	return float32(1 / (1 + math.Exp(-float64(x))))
+	if x < 0 { // e/(1+e) keeps tiny (subnormal) results that 1/(1+exp(-x)) would flush
+		e := exp32(x)
+		return e / (1 + e)
+	}
+	return 1 / (1 + exp32(-x))
+}
+
+// exp32 constants: Cephes expf (range reduction by ln 2 split into a
+// short high part and a correction, degree-5 minimax polynomial).
+const (
+	exp32Log2e = 1.44269504088896341
+	exp32C1    = 0.693359375
+	exp32C2    = -2.12194440e-4
+	exp32Max   = 88.72283905206835 // largest x with a finite exp(x) (ln(MaxFloat32) rounded up)
+	exp32Min   = -103.97208405     // below this exp(x) rounds to 0
+	exp32Round = 12582912          // 1.5·2^23: adding it rounds a float32 to an integer
+)
+
+// exp32 is e^x in float32 arithmetic: within 2 ulp of the correctly
+// rounded float32 result for normal results, within 1 ulp of the subnormal
+// spacing for subnormal ones (TestExp32Accuracy checks both against
+// math.Exp over a dense sweep); exp32(+Inf) = +Inf, exp32(-Inf) = 0,
+// exp32(NaN) = NaN, and x beyond exp32Max overflows to +Inf.
+func exp32(x float32) float32 {
+	switch {
+	case !(x <= exp32Max): // also NaN
+		if x != x {
+			return x
+		}
+		return float32(math.Inf(1))
+	case x < exp32Min:
+		return 0
+	}
+	// n = round(x/ln2), r = x - n·ln2 in [-ln2/2, ln2/2].
+	t := x*exp32Log2e + exp32Round
+	n := t - exp32Round
+	r := x - n*exp32C1
+	r -= n * exp32C2
+	p := float32(1.9875691500e-4)
+	p = p*r + 1.3981999507e-3
+	p = p*r + 8.3334519073e-3
+	p = p*r + 4.1665795894e-2
+	p = p*r + 1.6666665459e-1
+	p = p*r + 5.0000001201e-1
+	y := p*(r*r) + r + 1
+	e := int32(n)
+	if e >= -126 {
+		if e > 127 { // x just below exp32Max: y < 1 keeps the result finite
+			return y * 2 * math.Float32frombits(uint32(e-1+127)<<23)
+		}
+		return y * math.Float32frombits(uint32(e+127)<<23)
+	}
+	// Subnormal result: scale in two steps so 2^e itself need not be
+	// representable.
+	return y * math.Float32frombits(uint32(e+64+127)<<23) * math.Float32frombits(uint32(-64+127)<<23)
 }
 
 // silu32 is x*sigmoid(x).

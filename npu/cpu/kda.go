@@ -251,6 +251,7 @@ func (w *kdaWork) recurrent(a *kdaArgs, S []float32, h, r0, r1 int) {
 	mem, delta := w.mem[:V], w.delta[:V]
 	e, ke := w.e[:K], w.ke[:K]
 	qn, kn := w.qn[:K], w.kn[:K]
+	simd := vecAVX512() && V%16 == 0 && K > 0
 	for t := r0; t < r1; t++ {
 		row := a.qkv[t*3*HK:]
 		kdaL2(qn, row[h*K:(h+1)*K], scale)
@@ -261,6 +262,15 @@ func (w *kdaWork) recurrent(a *kdaArgs, S []float32, h, r0, r1 int) {
 		for d, x := range gt {
 			e[d] = attnExp(float64(x))
 			ke[d] = kn[d] * e[d]
+		}
+		o := a.out[(t*H+h)*V : (t*H+h+1)*V]
+		if simd {
+			kdaMemSIMD(S, ke, mem, K, V)
+			for i := range delta {
+				delta[i] = bt * (v[i] - mem[i])
+			}
+			kdaUpdateSIMD(S, e, kn, qn, delta, o, K, V)
+			continue
 		}
 		clear(mem)
 		d := 0
@@ -284,7 +294,6 @@ func (w *kdaWork) recurrent(a *kdaArgs, S []float32, h, r0, r1 int) {
 		for i := range delta {
 			delta[i] = bt * (v[i] - mem[i])
 		}
-		o := a.out[(t*H+h)*V : (t*H+h+1)*V]
 		o = o[:len(delta)]
 		clear(o)
 		d = 0

@@ -41,6 +41,9 @@ func gemv4F32AVX512(x *float32, w *byte, ldw int, k int, out *[4]float32)
 func gemv4BF16AVX512(x *float32, w *byte, ldw int, k int, out *[4]float32)
 
 //go:noescape
+func gemv4BF16PfAVX512(x *float32, w *byte, ldw int, k int, pf int, out *[4]float32)
+
+//go:noescape
 func gemv4F16AVX512(x *float32, w *byte, ldw int, k int, out *[4]float32)
 
 //go:noescape
@@ -103,6 +106,17 @@ var avx512Kernels = matmulKernels{
 		packSIMD(dst, stride, src, dt, n, 16, packF32x16AVX512, packBF16x16AVX512, packF16x16AVX512)
 	},
 	gemv4: func(x []float32, w []byte, dt npu.DType, ldw, k int, out *[4]float32) {
+		if dt == npu.BF16 && 4*ldw*2 <= gemvGroupPrefetchMax {
+			// Rows short enough that in-row prefetching never gets ahead
+			// of a row's start: prefetch the next 4-row group instead (a
+			// hint, so reaching past w is harmless).
+			if k <= 0 || k%16 != 0 || ldw < k {
+				panic(fmt.Sprintf("cpu: gemv4 k=%d ldw=%d", k, ldw))
+			}
+			_, _ = x[k-1], w[(3*ldw+k)*2-1]
+			gemv4BF16PfAVX512(&x[0], &w[0], ldw, k, 4*ldw*2, out)
+			return
+		}
 		gemv4SIMD(x, w, dt, ldw, k, 16, out, gemv4F32AVX512, gemv4BF16AVX512, gemv4F16AVX512)
 	},
 	small4x4: func(x []float32, ldx int, w []byte, dt npu.DType, ldw, k int, out *[16]float32) {
@@ -122,6 +136,10 @@ var avx512Kernels = matmulKernels{
 		}
 	},
 }
+
+// gemvGroupPrefetchMax is the largest 4-row group (bytes) whose successor
+// the BF16 AVX-512 GEMV prefetches (beyond it, 512 bytes ahead in each row).
+const gemvGroupPrefetchMax = 16 << 10
 
 type packFunc func(dst *float32, stride int, src *byte, n int)
 

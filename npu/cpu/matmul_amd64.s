@@ -715,3 +715,44 @@ prefetchloop:
 
 prefetchdone:
 	RET
+
+// func gemv4BF16PfAVX512(x *float32, w *byte, ldw int, k int, pf int, out *[4]float32)
+// gemv4BF16AVX512 with the prefetch distance pf (bytes ahead of each row's
+// read position) as an argument: 4*ldw*2 prefetches the next 4-row group.
+TEXT ·gemv4BF16PfAVX512(SB), NOSPLIT, $0-48
+	MOVQ x+0(FP), SI
+	MOVQ w+8(FP), DI
+	MOVQ ldw+16(FP), BX
+	SHLQ $1, BX
+	MOVQ k+24(FP), CX
+	SHRQ $4, CX
+	MOVQ pf+32(FP), R9
+	MOVQ out+40(FP), DX
+	LEAQ (DI)(BX*2), R8
+	LEAQ (DI)(R9*1), R10
+	LEAQ (R8)(R9*1), R11
+	ZERO4_512
+
+gemv4BF16PfAVX512loop:
+	PREFETCHT0  (R10)
+	PREFETCHT0  (R10)(BX*1)
+	PREFETCHT0  (R11)
+	PREFETCHT0  (R11)(BX*1)
+	VMOVUPS     (SI), Z8
+	LOADBF16_512((DI), Z9)
+	LOADBF16_512((DI)(BX*1), Z10)
+	LOADBF16_512((R8), Z11)
+	LOADBF16_512((R8)(BX*1), Z12)
+	VFMADD231PS Z9, Z8, Z0
+	VFMADD231PS Z10, Z8, Z1
+	VFMADD231PS Z11, Z8, Z2
+	VFMADD231PS Z12, Z8, Z3
+	ADDQ        $64, SI
+	ADDQ        $32, DI
+	ADDQ        $32, R8
+	ADDQ        $32, R10
+	ADDQ        $32, R11
+	DECQ        CX
+	JNZ         gemv4BF16PfAVX512loop
+	GEMV512_EPILOGUE
+	RET

@@ -516,11 +516,15 @@ func TestConv1dContinuation(t *testing.T) {
 	be := New(2)
 	const C, W, L = 37, 4, 23
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, silu := range []bool{false, true} {
-		t.Run(fmt.Sprintf("silu=%v", silu), func(t *testing.T) {
+	for _, tc := range []struct {
+		silu bool
+		wdt  npu.DType
+	}{{false, npu.F32}, {true, npu.F32}, {true, npu.BF16}} {
+		silu := tc.silu
+		t.Run(fmt.Sprintf("silu=%v/w=%v", silu, tc.wdt), func(t *testing.T) {
 			// Two sequences of L rows each, in state slots 1 and 0.
 			xs := [2][]float64{coreRand(rng, L*C, 2, npu.F32), coreRand(rng, L*C, 2, npu.F32)}
-			w := coreTensor(be, npu.F32, coreRand(rng, C*W, 1, npu.F32), C, W)
+			w := coreTensor(be, tc.wdt, coreRand(rng, C*W, 1, tc.wdt), C, W)
 			slot := []int{1, 0}
 			whole := [2][]float64{}
 			wholeState := be.Alloc(npu.F32, 2, W-1, C)

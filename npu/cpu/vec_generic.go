@@ -1,0 +1,17 @@
+//go:build !amd64
+
+package cpu
+
+// vecOn is always false: there are no vector helper kernels here.
+var vecOn bool
+
+// vecAVX512 reports false: there are no vector helper kernels here.
+func vecAVX512() bool { return false }
+
+func bf16ToF32SIMD(d []float32, s []byte) int { return 0 }
+
+func kdaMemSIMD(S, ke, mem []float32, k, v int) { panic("cpu: no kdaMemSIMD on this architecture") }
+
+func kdaUpdateSIMD(S, e, kn, qn, delta, o []float32, k, v int) {
+	panic("cpu: no kdaUpdateSIMD on this architecture")
+}
