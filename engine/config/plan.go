@@ -452,15 +452,13 @@ func (pl *planner) resolveWeights(p *Plan) error {
 			return nil
 		}
 		pl.fmt = format
+		w.QuantizedBytes = quantizedBytesText[format]
 		switch format {
 		case fmtW8A8:
-			w.QuantizedBytes = "1 (int8)"
 			w.Scales = "per output channel: deq_scale (fp32) + quant_bias (int32), per-tensor input scale and offset; routed experts W8A8_DYNAMIC (fp32 weight_scale per output channel)"
 		case fmtW8A8Dyn:
-			w.QuantizedBytes = "1 (int8)"
 			w.Scales = "per output channel: weight_scale (fp32); activations quantized per token at run time"
 		case fmtMXFP8:
-			w.QuantizedBytes = "1 (float8_e4m3) + 1/32 (e8m0 scale per 32 along K)"
 			w.Scales = "one e8m0 byte per 32 input elements of each row"
 		}
 		w.Scales += "; FLOAT matmul weights in " + m + ", other tensors float32"
@@ -475,13 +473,13 @@ func (pl *planner) resolveWeights(p *Plan) error {
 		w.QuantizedBytes = "none"
 		w.Scales = "none"
 	case fmtW8A8:
-		w.QuantizedBytes = "1 (int8)"
+		w.QuantizedBytes = quantizedBytesText[format]
 		w.Scales = "per output channel: weight_scale + weight_offset (bf16), deq_scale (fp32), quant_bias (int32); routed experts W8A8_DYNAMIC (weight_scale + weight_offset)"
 	case fmtW8A8Dyn:
-		w.QuantizedBytes = "1 (int8)"
+		w.QuantizedBytes = quantizedBytesText[format]
 		w.Scales = "per output channel: weight_scale + weight_offset (bf16); activations quantized per token at run time"
 	case fmtMXFP8:
-		w.QuantizedBytes = "1 (float8_e4m3) + 1/32 (e8m0 scale per 32 along K)"
+		w.QuantizedBytes = quantizedBytesText[format]
 		w.Scales = "one e8m0 byte per 32 input elements of each row"
 	case fmtFP8Block:
 		w.QuantizedBytes = "1 (float8_e4m3)"
@@ -492,6 +490,14 @@ func (pl *planner) resolveWeights(p *Plan) error {
 	}
 	w.MatrixBytes, w.OtherBytes = int(pl.matrixBytes), int(pl.otherBytes)
 	return nil
+}
+
+// quantizedBytesText is the plan's bytes-per-weight text of each
+// quantized format.
+var quantizedBytesText = map[string]string{
+	fmtW8A8:    "1 (int8)",
+	fmtW8A8Dyn: "1 (int8)",
+	fmtMXFP8:   "1 (float8_e4m3) + 1/32 (e8m0 scale per 32 along K)",
 }
 
 // checkpointFormat resolves --quantization (and config.json's

@@ -55,25 +55,8 @@ func (be *Backend) Conv1dUpdate(out, x, state, w *npu.Tensor, seqs *npu.SeqLayou
 // shifted in place, 16-bit weights widened on the fly (no allocation).
 func (be *Backend) conv1dStep(out, x, state, w *npu.Tensor, slots []int, silu bool) {
 	const op = "Conv1dUpdate"
-	nseq := x.Dim(0)
-	if w.Rank() != 2 || state.Rank() != 3 {
-		panic(fmt.Sprintf("cpu: %s wants x [T, C], w [C, W], state [slots, W-1, C]; got %v %v %v", op, x, w, state))
-	}
-	C, W := x.Dim(1), w.Dim(1)
-	if w.Dim(0) != C || W < 1 || state.Dim(1) != W-1 || state.Dim(2) != C {
-		panic(fmt.Sprintf("cpu: %s shapes x %v, w %v, state %v disagree", op, x, w, state))
-	}
-	if !npu.SameShape(out.Shape(), x.Shape()) {
-		panic(fmt.Sprintf("cpu: %s out %v does not match x %v", op, out, x))
-	}
-	if len(slots) != nseq {
-		panic(fmt.Sprintf("cpu: %s has %d sequences but %d state slots", op, nseq, len(slots)))
-	}
-	for _, s := range slots {
-		if s < 0 || s >= state.Dim(0) {
-			panic(fmt.Sprintf("cpu: %s state slot %d out of range for %v", op, s, state))
-		}
-	}
+	conv1dCheck(op, out, x, state, w, slots, -1)
+	nseq, C, W := x.Dim(0), x.Dim(1), w.Dim(1)
 	var wf []float32
 	var wh []uint16
 	switch w.DType() {
@@ -126,24 +109,8 @@ func (be *Backend) conv1dStep(out, x, state, w *npu.Tensor, slots []int, silu bo
 }
 
 func (be *Backend) conv1d(op string, out, x, state, w *npu.Tensor, qs, slots []int, nseq int, silu bool) {
-	if x.Rank() != 2 || w.Rank() != 2 || state.Rank() != 3 {
-		panic(fmt.Sprintf("cpu: %s wants x [T, C], w [C, W], state [slots, W-1, C]; got %v %v %v", op, x, w, state))
-	}
+	conv1dCheck(op, out, x, state, w, slots, nseq)
 	C, W := x.Dim(1), w.Dim(1)
-	if w.Dim(0) != C || W < 1 || state.Dim(1) != W-1 || state.Dim(2) != C {
-		panic(fmt.Sprintf("cpu: %s shapes x %v, w %v, state %v disagree", op, x, w, state))
-	}
-	if !npu.SameShape(out.Shape(), x.Shape()) {
-		panic(fmt.Sprintf("cpu: %s out %v does not match x %v", op, out, x))
-	}
-	if len(slots) != nseq {
-		panic(fmt.Sprintf("cpu: %s has %d sequences but %d state slots", op, nseq, len(slots)))
-	}
-	for _, s := range slots {
-		if s < 0 || s >= state.Dim(0) {
-			panic(fmt.Sprintf("cpu: %s state slot %d out of range for %v", op, s, state))
-		}
-	}
 	o, xv, st, wv := F32(out), F32(x), F32(state), weightF32(w)
 	H := W - 1
 	// Channels are independent: split them across threads.
@@ -181,4 +148,31 @@ func (be *Backend) conv1d(op string, out, x, state, w *npu.Tensor, qs, slots []i
 			}
 		}
 	})
+}
+
+// conv1dCheck panics unless out, x, state and w have the shapes a
+// depthwise conv over nseq sequences (-1: one token each, x's rows) with
+// these state slots needs.
+func conv1dCheck(op string, out, x, state, w *npu.Tensor, slots []int, nseq int) {
+	if x.Rank() != 2 || w.Rank() != 2 || state.Rank() != 3 {
+		panic(fmt.Sprintf("cpu: %s wants x [T, C], w [C, W], state [slots, W-1, C]; got %v %v %v", op, x, w, state))
+	}
+	if nseq < 0 {
+		nseq = x.Dim(0)
+	}
+	C, W := x.Dim(1), w.Dim(1)
+	if w.Dim(0) != C || W < 1 || state.Dim(1) != W-1 || state.Dim(2) != C {
+		panic(fmt.Sprintf("cpu: %s shapes x %v, w %v, state %v disagree", op, x, w, state))
+	}
+	if !npu.SameShape(out.Shape(), x.Shape()) {
+		panic(fmt.Sprintf("cpu: %s out %v does not match x %v", op, out, x))
+	}
+	if len(slots) != nseq {
+		panic(fmt.Sprintf("cpu: %s has %d sequences but %d state slots", op, nseq, len(slots)))
+	}
+	for _, s := range slots {
+		if s < 0 || s >= state.Dim(0) {
+			panic(fmt.Sprintf("cpu: %s state slot %d out of range for %v", op, s, state))
+		}
+	}
 }

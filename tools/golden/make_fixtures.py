@@ -511,6 +511,22 @@ def save_safetensors(path, tensors):
     save_file({k: v.contiguous() for k, v in tensors.items()}, path)
 
 
+def save_pair(name, model, cfg, d32, d16, prompts, text_ids):
+    """Save model (f32) to d32 and its bf16 rounding to d16; evaluate the bf16
+    weights in fp32. Returns (results, margins) of the bf16 model."""
+    for d in (d32, d16):
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+    model.save_pretrained(d32, safe_serialization=True)
+    m16 = Glm5NextForConditionalGeneration.from_pretrained(d32, dtype=torch.bfloat16)
+    m16.save_pretrained(d16, safe_serialization=True)
+    del m16
+    ref16 = Glm5NextForConditionalGeneration.from_pretrained(d16, dtype=torch.float32).eval()
+    res16, mb = evaluate(ref16, cfg, prompts, text_ids, need_hidden=False)
+    print(f"{name}: bf16 margins {mb}", flush=True)
+    return res16, mb
+
+
 def make_case(name, text, outroot, tok, ids, template, base_seed):
     cfg = build_config(copy.deepcopy(text))
     gen = torch.Generator().manual_seed(base_seed)
@@ -528,16 +544,7 @@ def make_case(name, text, outroot, tok, ids, template, base_seed):
         print(f"{name}: seed {seed} margins {m}", flush=True)
         if not margins_ok(m):
             continue
-        for d in (d32, d16):
-            shutil.rmtree(d, ignore_errors=True)
-            os.makedirs(d)
-        model.save_pretrained(d32, safe_serialization=True)
-        m16 = Glm5NextForConditionalGeneration.from_pretrained(d32, dtype=torch.bfloat16)
-        m16.save_pretrained(d16, safe_serialization=True)
-        del m16
-        ref16 = Glm5NextForConditionalGeneration.from_pretrained(d16, dtype=torch.float32).eval()
-        res16, mb = evaluate(ref16, cfg, prompts, text_ids, need_hidden=False)
-        print(f"{name}: bf16 margins {mb}", flush=True)
+        res16, mb = save_pair(name, model, cfg, d32, d16, prompts, text_ids)
         if margins_ok(mb):
             break
     else:

@@ -227,16 +227,7 @@ def main():
         print(f"{NAME}: offset {base} margins {m}", flush=True)
         if not mf.margins_ok(m):
             continue
-        for d in (d32, d16):
-            shutil.rmtree(d, ignore_errors=True)
-            os.makedirs(d)
-        model.save_pretrained(d32, safe_serialization=True)
-        m16 = Glm5NextForConditionalGeneration.from_pretrained(d32, dtype=torch.bfloat16)
-        m16.save_pretrained(d16, safe_serialization=True)
-        del m16
-        ref16 = Glm5NextForConditionalGeneration.from_pretrained(d16, dtype=torch.float32).eval()
-        res16, mb = mf.evaluate(ref16, cfg, prompts, text_ids, need_hidden=False)
-        print(f"{NAME}: bf16 margins {mb}", flush=True)
+        res16, mb = mf.save_pair(NAME, model, cfg, d32, d16, prompts, text_ids)
         if mf.margins_ok(mb):
             break
     else:

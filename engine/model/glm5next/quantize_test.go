@@ -19,9 +19,28 @@ import (
 	"github.com/npuserve/npuserve/quant"
 )
 
-// evalSequences are the golden prompts plus random sequences (seeded):
-// what the accuracy figures are measured on.
+// evalSequences are what the accuracy figures are measured on: a trained
+// fixture's held-out windows, else the golden prompts plus random
+// sequences (seeded).
 func evalSequences(t *testing.T, dir string, vocab int) [][]int32 {
+	t.Helper()
+	if held, ok := heldOutWindows(t, dir); ok {
+		return held
+	}
+	seqs := goldenPrompts(t, dir)
+	rng := rand.New(rand.NewPCG(101, 102))
+	for range 6 {
+		s := make([]int32, 48)
+		for i := range s {
+			s[i] = int32(rng.IntN(vocab))
+		}
+		seqs = append(seqs, s)
+	}
+	return seqs
+}
+
+// goldenPrompts reads a fixture's golden.json prompts.
+func goldenPrompts(t *testing.T, dir string) [][]int32 {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, "golden.json"))
 	if err != nil {
@@ -33,19 +52,7 @@ func evalSequences(t *testing.T, dir string, vocab int) [][]int32 {
 	if err := json.Unmarshal(b, &g); err != nil {
 		t.Fatal(err)
 	}
-	if held, ok := heldOutWindows(t, dir); ok {
-		return held
-	}
-	seqs := g.Prompts
-	rng := rand.New(rand.NewPCG(101, 102))
-	for range 6 {
-		s := make([]int32, 48)
-		for i := range s {
-			s[i] = int32(rng.IntN(vocab))
-		}
-		seqs = append(seqs, s)
-	}
-	return seqs
+	return g.Prompts
 }
 
 // heldOutWindows reads a trained fixture's eval_prompts.jsonl: text
@@ -78,17 +85,7 @@ func fixtureCalibration(t *testing.T, dir string, vocab int) [][]int32 {
 	if _, ok := heldOutWindows(t, dir); !ok {
 		return calibSequences(vocab)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g struct {
-		Prompts [][]int32 `json:"prompts"`
-	}
-	if err := json.Unmarshal(b, &g); err != nil {
-		t.Fatal(err)
-	}
-	return g.Prompts
+	return goldenPrompts(t, dir)
 }
 
 // calibSequences are random sequences disjoint from the evaluation ones.
