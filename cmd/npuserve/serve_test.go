@@ -777,6 +777,29 @@ func TestServeQuantized(t *testing.T) {
 	}
 }
 
+// TestServeHandMadeMsmodelslim: the hand-made msmodelslim checkpoint
+// (testdata/msmodelslim/handmade: names, dtypes and every scheme as
+// serving-compat.md §4 lists them, written without npuserve quantize)
+// serves with --quantization ascend, token-id prompts and no tokenizer,
+// and the server's greedy tokens are generate's.
+func TestServeHandMadeMsmodelslim(t *testing.T) {
+	dir := filepath.Join(fixtures, "..", "msmodelslim", "handmade")
+	prompt := []int32{1, 2, 3, 4, 5}
+	stdout, stderr, code := run(t, "generate", "--model", dir, "--quantization", "ascend", "--prompt-ids", idsArg(prompt), "--max-tokens", "6", "--ignore-eos", "--json")
+	var gen generateResult
+	if code != 0 || json.Unmarshal([]byte(stdout), &gen) != nil || len(gen.TokenIDs) != 6 {
+		t.Fatalf("generate: exit %d, %q, %s", code, stdout, stderr)
+	}
+	s := startServeDir(t, dir, "--quantization", "ascend", "--device", "cpu", "--skip-tokenizer-init", "--max-model-len", "128", "--max-num-seqs", "4")
+	defer s.stop()
+	if got := completionIDs(t, s, prompt, 6); !equalIDs(got, gen.TokenIDs) {
+		t.Errorf("served tokens %v, generate's %v", got, gen.TokenIDs)
+	}
+	if log := s.log.String(); !strings.Contains(log, "loaded W8A8_DYNAMIC checkpoint") {
+		t.Errorf("the quantized loader did not run:\n%s", log)
+	}
+}
+
 // TestRenderMatchesServer: `npuserve render` prints exactly the prompt
 // the server tokenizes for the same chat request.
 func TestRenderMatchesServer(t *testing.T) {

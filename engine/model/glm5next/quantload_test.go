@@ -1,7 +1,9 @@
 package glm5next
 
 import (
+	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -252,6 +254,58 @@ func hostF32(be npu.Backend, t *npu.Tensor) []float32 {
 	be.Download(b, t)
 	f, _ := quant.DecodeFloats(b, npu.F32)
 	return f
+}
+
+// update rewrites committed fixtures that tests compare against.
+var update = flag.Bool("update", false, "rewrite testdata/msmodelslim/handmade")
+
+// handMadeDir is the committed hand-made msmodelslim checkpoint.
+const handMadeDir = "../../../testdata/msmodelslim/handmade"
+
+// TestHandMadeFixture: testdata/msmodelslim/handmade is the checkpoint
+// writeMsmodelslim lays out by hand for handMadeSchemes (every scheme,
+// per-expert MoE, flat names, bf16 params, a flattened scale; `go test
+// -run TestHandMadeFixture -update ./engine/model/glm5next/` rewrites it),
+// committed so that cmd/npuserve's tests can serve it from a real process.
+// It must equal what the writer writes, and load.
+func TestHandMadeFixture(t *testing.T) {
+	over := map[string]any{"dtype": "bfloat16", "max_position_embeddings": 1024}
+	cfg := testConfig(t, over)
+	vals, _ := checkpointValues(cfg)
+	dir := t.TempDir()
+	writeMsmodelslim(t, dir, cfg, testConfigJSON(over), vals, handMadeSchemes(cfg), nil, nil, nil)
+	files, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *update {
+		if err := os.MkdirAll(handMadeDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range files {
+		want, err := os.ReadFile(filepath.Join(dir, f.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(handMadeDir, f.Name())
+		if *update {
+			if err := os.WriteFile(path, want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s differs from what writeMsmodelslim writes (%v): rerun with -update", path, err)
+		}
+	}
+	m, err := Load(cpu.New(1), handMadeDir, LoadOptions{Quantization: "ascend"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if got := len(m.quantWeights()); got != 16 {
+		t.Errorf("%d quantized weights, want 16", got)
+	}
 }
 
 // TestLoadMsmodelslimErrors: bad descriptions and tensors are clear
