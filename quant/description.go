@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -99,6 +100,9 @@ func ParseDescription(data []byte) (*Description, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&raw); err != nil {
 		return nil, fmt.Errorf("%s: %w", DescriptionFile, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%s: trailing data after the JSON object", DescriptionFile)
 	}
 	if raw == nil {
 		return nil, fmt.Errorf("%s: want a JSON object", DescriptionFile)

@@ -58,6 +58,8 @@ func TestParseDescriptionErrors(t *testing.T) {
 		{"kv cache", `{"kv_cache_type": "C8"}`, `KV-cache/attention quantization`},
 		{"not json", `{`, `quant_model_description.json`},
 		{"not an object", `[1]`, `quant_model_description.json`},
+		{"trailing data", `{"version": "1.0.0"} {}`, `trailing data`},
+		{"trailing brace", `{"version": "1.0.0"}}`, `trailing data`},
 	}
 	for _, c := range cases {
 		_, err := ParseDescription([]byte(c.json))

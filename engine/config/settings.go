@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -195,7 +196,7 @@ func loadSettings(path string) (*settings, error) {
 		if err := dec.Decode(&x); err != nil {
 			return nil, fmt.Errorf("--config %s: invalid JSON: %v", path, err)
 		}
-		if dec.More() {
+		if _, err := dec.Token(); err != io.EOF {
 			return nil, fmt.Errorf("--config %s: invalid JSON: trailing data after the object", path)
 		}
 		m, ok := x.(map[string]any)

@@ -127,6 +127,7 @@ func TestSettingsErrors(t *testing.T) {
 		{"s.json", `{"epd": {"enabled": {"x": 1}}}`, `epd.enabled: want a value`},
 		{"s.json", `[1, 2]`, `want a JSON object at the top level`},
 		{"s.json", `{"port": 1} {"port": 2}`, `trailing data`},
+		{"s.json", `{"port": 1}}`, `trailing data`},
 		{"s.json", `{"port": `, `invalid JSON`},
 		{"s.toml", "port = \n", `line 1 (last key "port"): expected value`},
 		{"s.toml", "[a]\nx = 1\n[a]\ny = 2\n", `line 3: Key 'a' has already been defined`},
