@@ -132,10 +132,10 @@ func (be *Backend) conv1d(op string, out, x, state, w *npu.Tensor, qs, slots []i
 					for j := 0; j < H; j++ {
 						acc += wc[j] * hist[j*n+c-lo]
 					}
-					if silu {
-						acc = silu32(acc)
-					}
 					or[c] = acc
+				}
+				if silu {
+					siluRow(or[lo:hi], or[lo:hi])
 				}
 				// Shift the history by one row and append this input.
 				if H > 0 {

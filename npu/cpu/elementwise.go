@@ -159,6 +159,19 @@ func exp32(x float32) float32 {
 // silu32 is x*sigmoid(x).
 func silu32(x float32) float32 { return x * sigmoid32(x) }
 
+// siluRow writes dst[i] = silu32(src[i]) for i < len(dst) (dst may alias
+// src), with the AVX-512 helper kernel (bitwise equal) when it is on.
+func siluRow(dst, src []float32) {
+	src = src[:len(dst)]
+	i := 0
+	if vecAVX512() {
+		i = siluSIMD(dst, src)
+	}
+	for ; i < len(dst); i++ {
+		dst[i] = silu32(src[i])
+	}
+}
+
 // Sigmoid computes out = 1/(1+exp(-x)) elementwise. out may alias x.
 func (be *Backend) Sigmoid(out, x *npu.Tensor) {
 	o, xv := unaryOperands("Sigmoid", out, x)
@@ -174,10 +187,7 @@ func (be *Backend) Sigmoid(out, x *npu.Tensor) {
 func (be *Backend) SiLU(out, x *npu.Tensor) {
 	o, xv := unaryOperands("SiLU", out, x)
 	be.parallelFor(len(xv), elemGrain/4, func(lo, hi int) {
-		oo, xx := o[lo:hi], xv[lo:hi]
-		for i := range oo {
-			oo[i] = silu32(xx[i])
-		}
+		siluRow(o[lo:hi], xv[lo:hi])
 	})
 }
 
@@ -200,13 +210,19 @@ func (be *Backend) SwiGLU(out, gateUp *npu.Tensor, limit float32) {
 			g := gu[r*2*inter : r*2*inter+inter]
 			u := gu[r*2*inter+inter : (r+1)*2*inter]
 			oo := o[r*inter : (r+1)*inter]
-			for i := range oo {
-				gv, uv := g[i], u[i]
-				if clampOn {
-					gv = min(gv, limit)
-					uv = max(min(uv, limit), -limit)
+			if clampOn {
+				for i, gv := range g {
+					oo[i] = min(gv, limit)
 				}
-				oo[i] = silu32(gv) * uv
+				siluRow(oo, oo)
+				for i, uv := range u {
+					oo[i] *= max(min(uv, limit), -limit)
+				}
+			} else {
+				siluRow(oo, g)
+				for i, uv := range u {
+					oo[i] *= uv
+				}
 			}
 		}
 	})

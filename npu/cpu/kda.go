@@ -45,8 +45,9 @@ func (be *Backend) KDAGate(g, f, dtBias, aLog *npu.Tensor, p npu.KDAGateParams) 
 				x := v + dt[c]
 				a := decay[c/K]
 				if p.HasLowerBound {
-					y := float64(a * x)
-					dst[c] = lb * float32(1/(1+math.Exp(-y)))
+					// sigmoid32 is within 4 ulp of the correctly rounded
+					// sigmoid of the fp32 argument (float64 before).
+					dst[c] = lb * sigmoid32(a*x)
 				} else {
 					sp := x
 					if !(x > 20) {
@@ -171,11 +172,9 @@ func (be *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout
 			w.recurrent(a, S, h, r0, r1)
 			return
 		}
-		attnTranspose(K, V, S, V, w.st, K)
 		for c0 := r0; c0 < r1; c0 += c {
 			w.chunk(a, S, h, c0, min(c, r1-c0))
 		}
-		attnTranspose(V, K, w.st, K, S, V)
 	})
 }
 
@@ -191,7 +190,6 @@ type kdaWork struct {
 	// token recurrence
 	qn, kn, mem, delta, ke []float32
 	// chunked form (C rows at most)
-	st                  []float32 // Sᵀ [V, K]
 	qc, kc              []float32 // normalised q (scaled) and k [C, K]
 	gam                 []float64 // in-chunk cumulative log-decay Γ [C, K]
 	lf, rf              []float32 // exp(Γ_i − Γ_anchor(i)), exp(Γ_end(i) − Γ_i) [C, K]
@@ -200,7 +198,7 @@ type kdaWork struct {
 	pl, pq              []float32 // decayed sub-block rows [kdaSub, K]
 	akk, aqk            []float32 // [C, C]
 	xs                  []float32 // [2C, V]
-	yt                  []float32 // Yᵀ, then Vnewᵀ [V, C]
+	y                   []float32 // Y, then Vnew [C, V]
 	kdt                 []float32 // (K⊙e^(Γlast−Γ))ᵀ [K, C]
 	cum, suf            []float32 // [K]
 }
@@ -213,7 +211,6 @@ func newKDAWork(K, V, C int) *kdaWork {
 		return w
 	}
 	nsub := (C + kdaSub - 1) / kdaSub
-	w.st = f(V * K)
 	w.qc, w.kc = f(C*K), f(C*K)
 	w.gam = make([]float64, C*K)
 	w.lf, w.rf = f(C*K), f(C*K)
@@ -222,7 +219,7 @@ func newKDAWork(K, V, C int) *kdaWork {
 	w.pl, w.pq = f(kdaSub*K), f(kdaSub*K)
 	w.akk, w.aqk = f(C*C), f(C*C)
 	w.xs = f(2 * C * V)
-	w.yt = f(V * C)
+	w.y = f(C * V)
 	w.kdt = f(K * C)
 	w.cum, w.suf = f(K), f(K)
 	return w
@@ -260,7 +257,7 @@ func (w *kdaWork) recurrent(a *kdaArgs, S []float32, h, r0, r1 int) {
 		gt := a.g[t*HK+h*K : t*HK+(h+1)*K]
 		bt := a.beta[t*H+h]
 		for d, x := range gt {
-			e[d] = attnExp(float64(x))
+			e[d] = exp32(x) // within 2 ulp of the rounded float64 exp
 			ke[d] = kn[d] * e[d]
 		}
 		o := a.out[(t*H+h)*V : (t*H+h+1)*V]
@@ -326,7 +323,7 @@ func (w *kdaWork) recurrent(a *kdaArgs, S []float32, h, r0, r1 int) {
 }
 
 // chunk runs the chunked form of head h over the n rows starting at r0, on
-// the transposed state w.st. S is the state's memory, used by the fallback.
+// the state S [K, V].
 func (w *kdaWork) chunk(a *kdaArgs, S []float32, h, r0, n int) {
 	H, K, V := a.H, a.K, a.V
 	HK := H * K
@@ -367,9 +364,7 @@ func (w *kdaWork) chunk(a *kdaArgs, S []float32, h, r0, n int) {
 	}
 	if !ok {
 		kdaFallbacks.Add(1)
-		attnTranspose(V, K, w.st, K, S, V)
 		w.recurrent(a, S, h, r0, r0+n)
-		attnTranspose(K, V, S, V, w.st, K)
 		return
 	}
 
@@ -386,8 +381,8 @@ func (w *kdaWork) chunk(a *kdaArgs, S []float32, h, r0, n int) {
 			end := gam[(b1-1)*K+d]
 			for i := b0; i < b1; i++ {
 				gi := gam[i*K+d]
-				lf[i*K+d] = attnExp(gi - lam)
-				rf[i*K+d] = attnExp(end - gi)
+				lf[i*K+d] = kdaExp(gi - lam)
+				rf[i*K+d] = kdaExp(end - gi)
 			}
 			w.e[B*K+d] = lf[(b1-1)*K+d]
 		}
@@ -427,14 +422,17 @@ func (w *kdaWork) chunk(a *kdaArgs, S []float32, h, r0, n int) {
 	clear(aqk)
 	for I := 0; I < nsub; I++ {
 		i0, i1 := I*kdaSub, min((I+1)*kdaSub, n)
+		rows := i1 - i0
+		// Diagonal sub-block: the whole rows×rows products (the part above
+		// the diagonal, factors up to e^42, is finite and dropped), with
+		// Aqk's diagonal taken from the unfactored q and k.
+		kdaNT(rows, rows, K, w.kl[i0*K:], K, w.kinv[i0*K:], K, akk[i0*n+i0:], n)
+		kdaNT(rows, rows, K, w.ql[i0*K:], K, w.kinv[i0*K:], K, aqk[i0*n+i0:], n)
 		for i := i0; i < i1; i++ {
-			if i > i0 {
-				attnNT(1, i-i0, K, w.kl[i*K:], K, w.kinv[i0*K:], K, nil, akk[i*n+i0:], n, false)
-				attnNT(1, i-i0, K, w.ql[i*K:], K, w.kinv[i0*K:], K, nil, aqk[i*n+i0:], n, false)
-			}
+			clear(akk[i*n+i : i*n+i1])
+			clear(aqk[i*n+i+1 : i*n+i1])
 			attnNT(1, 1, K, w.qc[i*K:], K, w.kc[i*K:], K, nil, aqk[i*n+i:], n, false)
 		}
-		rows := i1 - i0
 		pl, pq := w.pl[:rows*K], w.pq[:rows*K]
 		copy(pl, w.kl[i0*K:i1*K])
 		copy(pq, w.ql[i0*K:i1*K])
@@ -450,12 +448,13 @@ func (w *kdaWork) chunk(a *kdaArgs, S []float32, h, r0, n int) {
 				}
 			}
 			j0 := J * kdaSub
-			attnNT(rows, kdaSub, K, pl, K, w.kr[j0*K:], K, nil, akk[i0*n+j0:], n, false)
-			attnNT(rows, kdaSub, K, pq, K, w.kr[j0*K:], K, nil, aqk[i0*n+j0:], n, false)
+			kdaNT(rows, kdaSub, K, pl, K, w.kr[j0*K:], K, akk[i0*n+j0:], n)
+			kdaNT(rows, kdaSub, K, pq, K, w.kr[j0*K:], K, aqk[i0*n+j0:], n)
 		}
 	}
+	// −β ⊙ Akk, the negated M of the solve.
 	for i := 1; i < n; i++ {
-		bt := a.beta[(r0+i)*H+h]
+		bt := -a.beta[(r0+i)*H+h]
 		m := akk[i*n : i*n+i]
 		for j := range m {
 			m[j] *= bt
@@ -464,26 +463,32 @@ func (w *kdaWork) chunk(a *kdaArgs, S []float32, h, r0, n int) {
 
 	// [Q⊙e^Γ; K⊙e^Γ] · S.
 	xs := w.xs[:2*n*V]
-	attnNT(2*n, V, K, w.x, K, w.st, K, nil, xs, V, false)
-	// Yᵀ = (β ⊙ (V − (K⊙e^Γ) S))ᵀ.
-	yt := w.yt[:V*n]
+	kdaGemm(2*n, V, K, w.x, K, S, V, xs, V, false)
+	// Y = β ⊙ (V − (K⊙e^Γ) S).
+	y := w.y[:n*V]
 	for i := 0; i < n; i++ {
 		t := r0 + i
 		bt := a.beta[t*H+h]
 		v := a.qkv[t*3*HK+2*HK+h*V : t*3*HK+2*HK+(h+1)*V]
 		ks := xs[(n+i)*V : (n+i+1)*V]
+		yi := y[i*V : (i+1)*V]
+		ks, yi = ks[:len(v)], yi[:len(v)]
 		for c, x := range v {
-			yt[c*n+i] = bt * (x - ks[c])
+			yi[c] = bt * (x - ks[c])
 		}
 	}
-	// Vnew = (I+M)⁻¹ Y: forward substitution on each row of Yᵀ.
-	kdaSolve(akk, yt, n, V)
-	// O = (Q⊙e^Γ) S + Aqk Vnew.
-	for i := 0; i < n; i++ {
-		t := r0 + i
-		o := a.out[(t*H+h)*V : (t*H+h+1)*V]
-		copy(o, xs[i*V:(i+1)*V])
-		attnNT(1, V, i+1, aqk[i*n:], n, yt, n, nil, o, V, true)
+	// Vnew = (I+M)⁻¹ Y: forward substitution over the rows of Y.
+	kdaSolveRows(akk, y, n, V)
+	// O = (Q⊙e^Γ) S + Aqk Vnew, four rows at a time (Aqk is zero above the
+	// diagonal, so rows up to i0+3 need only the first i0+4 rows of Vnew).
+	ld := H * V
+	for i0 := 0; i0 < n; i0 += 4 {
+		rows := min(4, n-i0)
+		o := a.out[((r0+i0)*H+h)*V:]
+		for r := 0; r < rows; r++ {
+			copy(o[r*ld:r*ld+V], xs[(i0+r)*V:(i0+r+1)*V])
+		}
+		kdaGemm(rows, V, i0+rows, aqk[i0*n:], n, y, V, o, ld, true)
 	}
 	// S' = diag(e^Γlast) S + (K⊙e^(Γlast−Γ))ᵀ Vnew, with
 	// e^(Γlast−Γ_j) = rf_j · Π_{B' > B} e_B'.
@@ -505,13 +510,35 @@ func (w *kdaWork) chunk(a *kdaArgs, S []float32, h, r0, n int) {
 			suf[d] = kdaFlush(suf[d] * e[d])
 		}
 	}
-	for v := 0; v < V; v++ {
-		s := w.st[v*K : (v+1)*K]
-		for d := range s {
-			s[d] *= cum[d]
+	for d := 0; d < K; d++ {
+		s, c := S[d*V:(d+1)*V], cum[d]
+		for i := range s {
+			s[i] *= c
 		}
 	}
-	attnNT(V, K, n, yt, n, kdt, n, nil, w.st, K, true)
+	kdaGemm(K, V, n, kdt, n, y, V, S, V, true)
+}
+
+// kdaExp is e^x rounded to fp32 for a float64 x in [-87, 0] (the chunked
+// form's in-sub-block log-decay differences, within [-kdaMaxRange, 0]): the
+// range reduction x = n·ln2 + r is done in float64, so the argument is not
+// rounded to fp32 first (|x| up to 42 would lose up to 2.5e-6 relative), and
+// only r, |r| ≤ ln2/2, is rounded to fp32 (relative error 3e-8 in the
+// result) for exp32's polynomial: within 1e-7 relative of math.Exp
+// (TestKDAExp). The result, ≥ e^-87 > 2^-126, is normal.
+func kdaExp(x float64) float32 {
+	const round = 6755399441055744 // 1.5·2^52: adding it rounds a float64 to an integer
+	t := x*math.Log2E + round
+	n := t - round
+	r := float32(x - n*math.Ln2)
+	p := float32(1.9875691500e-4)
+	p = p*r + 1.3981999507e-3
+	p = p*r + 8.3334519073e-3
+	p = p*r + 4.1665795894e-2
+	p = p*r + 1.6666665459e-1
+	p = p*r + 5.0000001201e-1
+	y := p*(r*r) + r + 1
+	return y * math.Float32frombits(uint32(int32(n)+127)<<23)
 }
 
 // kdaFlush returns x, or 0 when |x| < 2^-40. The chunked form flushes the
@@ -528,39 +555,85 @@ func kdaFlush(x float32) float32 {
 	return math.Float32frombits(b &^ m)
 }
 
-// kdaSolve overwrites each of the m rows y of yt [m, n] with the solution x
-// of (I + M) x = y, M strictly lower triangular in m [n, n]:
-// x_i = y_i − Σ_{j<i} M_ij x_j.
-func kdaSolve(mat, yt []float32, n, m int) {
-	r := 0
-	for ; r+4 <= m; r += 4 {
-		y0, y1, y2, y3 := yt[r*n:(r+1)*n], yt[(r+1)*n:(r+2)*n], yt[(r+2)*n:(r+3)*n], yt[(r+3)*n:(r+4)*n]
-		for i := 1; i < n; i++ {
-			mi := mat[i*n : i*n+i]
-			a0, a1, a2, a3 := y0[:len(mi)], y1[:len(mi)], y2[:len(mi)], y3[:len(mi)]
-			var s0, s1, s2, s3 float32
-			for j, x := range mi {
-				s0 += x * a0[j]
-				s1 += x * a1[j]
-				s2 += x * a2[j]
-				s3 += x * a3[j]
-			}
-			y0[i] -= s0
-			y1[i] -= s1
-			y2[i] -= s2
-			y3[i] -= s3
+// kdaGemm computes the small product C = A·B (acc: C += A·B) of the chunked
+// form: for i < m, j < n
+//
+//	c[i*ldc+j] (+)= Σ_{p<k} a[i*lda+p] * b[p*ldb+j].
+//
+// With the AVX-512 helpers and n a multiple of 16 it runs vector kernels
+// that sum each element in a different order than the Go loop (fp32 either
+// way; the results agree to fp32 rounding).
+func kdaGemm(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool) {
+	if m <= 0 || n <= 0 {
+		return
+	}
+	if !acc {
+		for i := 0; i < m; i++ {
+			clear(c[i*ldc : i*ldc+n])
 		}
 	}
-	for ; r < m; r++ {
-		y := yt[r*n : (r+1)*n]
-		for i := 1; i < n; i++ {
-			mi := mat[i*n : i*n+i]
-			a := y[:len(mi)]
-			var s float32
-			for j, x := range mi {
-				s += x * a[j]
+	if k <= 0 {
+		return
+	}
+	_, _, _ = a[(m-1)*lda+k-1], b[(k-1)*ldb+n-1], c[(m-1)*ldc+n-1]
+	if vecAVX512() && n%16 == 0 {
+		kdaGemmSIMD(m, n, k, a, lda, b, ldb, c, ldc)
+		return
+	}
+	for i := 0; i < m; i++ {
+		ai := a[i*lda : i*lda+k]
+		ci := c[i*ldc : i*ldc+n]
+		p := 0
+		for ; p+4 <= k; p += 4 {
+			x0, x1, x2, x3 := ai[p], ai[p+1], ai[p+2], ai[p+3]
+			b0, b1, b2, b3 := b[p*ldb:p*ldb+n], b[(p+1)*ldb:(p+1)*ldb+n], b[(p+2)*ldb:(p+2)*ldb+n], b[(p+3)*ldb:(p+3)*ldb+n]
+			b0, b1, b2, b3 = b0[:len(ci)], b1[:len(ci)], b2[:len(ci)], b3[:len(ci)]
+			for j := range ci {
+				ci[j] += x0*b0[j] + x1*b1[j] + x2*b2[j] + x3*b3[j]
 			}
-			y[i] -= s
+		}
+		for ; p < k; p++ {
+			x0 := ai[p]
+			b0 := b[p*ldb : p*ldb+n]
+			b0 = b0[:len(ci)]
+			for j := range ci {
+				ci[j] += x0 * b0[j]
+			}
+		}
+	}
+}
+
+// kdaNT computes C = A·Bᵀ: c[i*ldc+j] = Σ_{p<k} a[i*lda+p] * b[j*ldb+p] for
+// i < m, j < n. With the AVX-512 helpers and k a multiple of 16, groups of
+// four columns run in a vector kernel (a different fp32 summation order than
+// attnNT, which does the rest).
+func kdaNT(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	if m <= 0 || n <= 0 {
+		return
+	}
+	j := 0
+	if vecAVX512() && k > 0 && k%16 == 0 && n >= 4 {
+		_, _, _ = a[(m-1)*lda+k-1], b[(n-1)*ldb+k-1], c[(m-1)*ldc+n-1]
+		j = kdaNTSIMD(m, n, k, a, lda, b, ldb, c, ldc)
+	}
+	if j < n {
+		attnNT(m, n-j, k, a, lda, b[j*ldb:], ldb, nil, c[j:], ldc, false)
+	}
+}
+
+// kdaSolveRows overwrites each row y_i of y [n, v] with the solution x of
+// (I + M) x = y, given nm = −M (M strictly lower triangular) in nm [n, n]:
+// x_i = y_i + Σ_{j<i} nm_ij x_j, four rows at a time (the earlier rows' part
+// as one product, then the rest of the block row by row).
+func kdaSolveRows(nm, y []float32, n, v int) {
+	for i0 := 0; i0 < n; i0 += 4 {
+		rows := min(4, n-i0)
+		if i0 > 0 {
+			kdaGemm(rows, v, i0, nm[i0*n:], n, y, v, y[i0*v:], v, true)
+		}
+		for r := 1; r < rows; r++ {
+			i := i0 + r
+			kdaGemm(1, v, r, nm[i*n+i0:], n, y[i0*v:], v, y[i*v:], v, true)
 		}
 	}
 }

@@ -323,3 +323,20 @@ func BenchmarkKDADecode(b *testing.B) {
 	}
 	b.ReportMetric(float64(8*b.N)/b.Elapsed().Seconds(), "tok/s")
 }
+
+// TestKDAExp checks kdaExp against the float64 exp over [-87, 0].
+func TestKDAExp(t *testing.T) {
+	worst := 0.0
+	for i := 0; i <= 2000000; i++ {
+		x := -87 * float64(i) / 2000000
+		want := math.Exp(x)
+		got := float64(kdaExp(x))
+		if e := math.Abs(got-want) / want; e > worst {
+			worst = e
+		}
+	}
+	if worst > 1e-7 {
+		t.Errorf("kdaExp max relative error %.3g", worst)
+	}
+	t.Logf("kdaExp max relative error %.3g", worst)
+}

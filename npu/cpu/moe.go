@@ -221,10 +221,12 @@ func (be *Backend) moeDispatch(op string, out, x, weights, ids *npu.Tensor, k, E
 		be.parallelFor(n, 8, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
 				g, u, o := gus[r*2*I:r*2*I+I], gus[r*2*I+I:(r+1)*2*I], hs[r*I:(r+1)*I]
-				for i := range o {
-					gv := min(g[i], lim)
-					uv := max(min(u[i], lim), -lim)
-					o[i] = gv * sigmoid32(gv) * uv
+				for i, gv := range g {
+					o[i] = min(gv, lim)
+				}
+				siluRow(o, o)
+				for i, uv := range u {
+					o[i] *= max(min(uv, lim), -lim)
 				}
 			}
 		})

@@ -9,6 +9,9 @@ import "fmt"
 func cvtBF16F32AVX512(dst *float32, src *byte, n int)
 
 //go:noescape
+func siluAVX512(dst, src *float32, n int)
+
+//go:noescape
 func kdaMemAVX512(s *float32, ke *float32, k int, v int, mem *float32)
 
 //go:noescape
@@ -51,4 +54,17 @@ func kdaUpdateSIMD(S, e, kn, qn, delta, o []float32, k, v int) {
 	}
 	_, _, _, _, _, _ = S[k*v-1], e[k-1], kn[k-1], qn[k-1], delta[v-1], o[v-1]
 	kdaUpdateAVX512(&S[0], &e[0], &kn[0], &qn[0], &delta[0], &o[0], k, v)
+}
+
+// siluSIMD writes dst[i] = silu32(src[i]) (bitwise equal) for the first
+// len(dst) &^ 15 elements with AVX-512 and returns how many it did; dst may
+// alias src.
+func siluSIMD(dst, src []float32) int {
+	n := len(dst) &^ 15
+	if n == 0 {
+		return 0
+	}
+	_ = src[n-1]
+	siluAVX512(&dst[0], &src[0], n)
+	return n
 }

@@ -119,3 +119,91 @@ upddone:
 	JLT     updcol
 	VZEROUPPER
 	RET
+
+// func siluAVX512(dst, src *float32, n int)
+// dst[i] = silu32(src[i]) = x·sigmoid32(x), n a positive multiple of 16:
+// the same fp32 operations as the Go code (elementwise.go, no FMA), so the
+// results are bitwise equal. e = exp32(−|x|) through one scaling
+// y·2^(e+64)·2^-64, which rounds once like exp32's y·2^e; lanes with
+// −|x| < exp32Min get e = 0; then x·e/(1+e) for x < 0, x·1/(1+e) otherwise.
+TEXT ·siluAVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $4, CX
+	MOVL $0x80000000, AX
+	VPBROADCASTD AX, Z31 // sign bit
+	MOVL $0x3fb8aa3b, AX
+	VPBROADCASTD AX, Z30 // log2e
+	MOVL $0x4b400000, AX
+	VPBROADCASTD AX, Z29 // 1.5·2^23
+	MOVL $0x3f318000, AX
+	VPBROADCASTD AX, Z28 // C1
+	MOVL $0xb95e8083, AX
+	VPBROADCASTD AX, Z27 // C2
+	MOVL $0x39506967, AX
+	VPBROADCASTD AX, Z26 // p0
+	MOVL $0x3ab743ce, AX
+	VPBROADCASTD AX, Z25
+	MOVL $0x3c088908, AX
+	VPBROADCASTD AX, Z24
+	MOVL $0x3d2aa9c1, AX
+	VPBROADCASTD AX, Z23
+	MOVL $0x3e2aaaaa, AX
+	VPBROADCASTD AX, Z22
+	MOVL $0x3f000000, AX
+	VPBROADCASTD AX, Z21 // p5
+	MOVL $0xc2cff1b5, AX
+	VPBROADCASTD AX, Z20 // exp32Min
+	MOVL $0x3f800000, AX
+	VPBROADCASTD AX, Z19 // 1
+	MOVL $0x1f800000, AX
+	VPBROADCASTD AX, Z18 // 2^-64
+	MOVL $191, AX
+	VPBROADCASTD AX, Z17 // 64+127
+	VPXORD Z16, Z16, Z16 // 0
+
+siluloop:
+	VMOVUPS (SI), Z0           // x
+	VORPS   Z31, Z0, Z1        // z = -|x|
+	VMULPS  Z30, Z1, Z2
+	VADDPS  Z29, Z2, Z2        // t
+	VSUBPS  Z29, Z2, Z2        // n
+	VMULPS  Z28, Z2, Z3
+	VSUBPS  Z3, Z1, Z3         // r = z - n·C1
+	VMULPS  Z27, Z2, Z4
+	VSUBPS  Z4, Z3, Z3         // r -= n·C2
+	VMULPS  Z3, Z26, Z4
+	VADDPS  Z25, Z4, Z4
+	VMULPS  Z3, Z4, Z4
+	VADDPS  Z24, Z4, Z4
+	VMULPS  Z3, Z4, Z4
+	VADDPS  Z23, Z4, Z4
+	VMULPS  Z3, Z4, Z4
+	VADDPS  Z22, Z4, Z4
+	VMULPS  Z3, Z4, Z4
+	VADDPS  Z21, Z4, Z4        // p
+	VMULPS  Z3, Z3, Z5         // r·r
+	VMULPS  Z5, Z4, Z4
+	VADDPS  Z3, Z4, Z4
+	VADDPS  Z19, Z4, Z4        // y
+	VCVTPS2DQ Z2, Z6
+	VPADDD  Z17, Z6, Z6
+	VPSLLD  $23, Z6, Z6        // 2^(e+64)
+	VMULPS  Z6, Z4, Z4
+	VMULPS  Z18, Z4, Z4        // exp32(z)
+	VCMPPS  $1, Z20, Z1, K1    // z < exp32Min
+	VMOVAPS Z16, K1, Z4
+	VADDPS  Z19, Z4, Z5        // 1+e
+	VMOVAPS Z19, Z7
+	VCMPPS  $1, Z16, Z0, K2    // x < 0
+	VMOVAPS Z4, K2, Z7         // e where x < 0, else 1
+	VDIVPS  Z5, Z7, Z7         // sigmoid32(x)
+	VMULPS  Z7, Z0, Z7
+	VMOVUPS Z7, (DI)
+	ADDQ    $64, SI
+	ADDQ    $64, DI
+	DECQ    CX
+	JNZ     siluloop
+	VZEROUPPER
+	RET

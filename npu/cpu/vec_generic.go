@@ -15,3 +15,13 @@ func kdaMemSIMD(S, ke, mem []float32, k, v int) { panic("cpu: no kdaMemSIMD on t
 func kdaUpdateSIMD(S, e, kn, qn, delta, o []float32, k, v int) {
 	panic("cpu: no kdaUpdateSIMD on this architecture")
 }
+
+func kdaGemmSIMD(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	panic("cpu: no kdaGemmSIMD on this architecture")
+}
+
+func kdaNTSIMD(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) int {
+	panic("cpu: no kdaNTSIMD on this architecture")
+}
+
+func siluSIMD(dst, src []float32) int { return 0 }

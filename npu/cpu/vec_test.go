@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -62,4 +63,99 @@ func TestVecBF16ToF32(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestSiluSIMD checks the AVX-512 silu kernel against silu32, bitwise, on
+// odd sizes, special values and the whole exponent range.
+func TestSiluSIMD(t *testing.T) {
+	if !vecAVX512() {
+		t.Skip("no AVX-512 helper kernels")
+	}
+	r := rand.New(rand.NewPCG(7, 7))
+	var xs []float32
+	for _, v := range []float32{0, -0.0, 1, -1, 20, -20, 87, -87, 88.7, -88.7, 103.9, -103.9, 104, -104, 150, -150,
+		float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), math.MaxFloat32, -math.MaxFloat32, 1e-40, -1e-40} {
+		xs = append(xs, v)
+	}
+	for range 100000 {
+		xs = append(xs, float32(r.NormFloat64()*30))
+	}
+	for range 1000 {
+		xs = append(xs, math.Float32frombits(r.Uint32()))
+	}
+	for _, n := range []int{1, 15, 16, 17, 33, 100, len(xs)} {
+		src := xs[len(xs)-n:]
+		got := make([]float32, n)
+		siluRow(got, src)
+		for i, x := range src {
+			want := silu32(x)
+			if math.Float32bits(got[i]) != math.Float32bits(want) && !(got[i] != got[i] && want != want) {
+				t.Fatalf("n=%d: silu(%g) = %g (%#x), want %g (%#x)", n, x, got[i], math.Float32bits(got[i]), want, math.Float32bits(want))
+			}
+		}
+	}
+	// In place.
+	src := append([]float32(nil), xs...)
+	siluRow(src, src)
+	for i, x := range xs {
+		if want := silu32(x); math.Float32bits(src[i]) != math.Float32bits(want) && !(src[i] != src[i] && want != want) {
+			t.Fatalf("in place: silu(%g) = %g, want %g", x, src[i], want)
+		}
+	}
+}
+
+// TestKDAGemmSIMD compares the AVX-512 kernels of kdaGemm and kdaNT with
+// the Go loops on odd sizes and strides.
+func TestKDAGemmSIMD(t *testing.T) {
+	if !vecAVX512() {
+		t.Skip("no AVX-512 helper kernels")
+	}
+	r := rand.New(rand.NewPCG(3, 3))
+	fill := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = r.Float32()*2 - 1
+		}
+		return v
+	}
+	run := func(on bool, f func()) {
+		old := vecOn
+		vecOn = on
+		defer func() { vecOn = old }()
+		f()
+	}
+	near := func(t *testing.T, got, want []float32, what string) {
+		t.Helper()
+		for i := range want {
+			if d := math.Abs(float64(got[i] - want[i])); d > 1e-5*(1+math.Abs(float64(want[i]))) {
+				t.Fatalf("%s: element %d = %g, want %g", what, i, got[i], want[i])
+			}
+		}
+	}
+	for _, m := range []int{1, 3, 4, 5, 9} {
+		for _, n := range []int{16, 48, 80, 144} {
+			for _, k := range []int{1, 3, 17, 64} {
+				for _, acc := range []bool{false, true} {
+					lda, ldb, ldc := k+3, n+5, n+7
+					a, b, c0 := fill(m*lda), fill(k*ldb), fill(m*ldc)
+					want, got := append([]float32(nil), c0...), append([]float32(nil), c0...)
+					run(false, func() { kdaGemm(m, n, k, a, lda, b, ldb, want, ldc, acc) })
+					run(true, func() { kdaGemm(m, n, k, a, lda, b, ldb, got, ldc, acc) })
+					near(t, got, want, fmt.Sprintf("gemm m=%d n=%d k=%d acc=%v", m, n, k, acc))
+				}
+			}
+		}
+	}
+	for _, m := range []int{1, 3, 8} {
+		for _, n := range []int{1, 4, 5, 8, 11} {
+			for _, k := range []int{16, 48, 128} {
+				lda, ldb, ldc := k+1, k+2, n+3
+				a, b, c0 := fill(m*lda), fill(n*ldb), fill(m*ldc)
+				want, got := append([]float32(nil), c0...), append([]float32(nil), c0...)
+				run(false, func() { kdaNT(m, n, k, a, lda, b, ldb, want, ldc) })
+				run(true, func() { kdaNT(m, n, k, a, lda, b, ldb, got, ldc) })
+				near(t, got, want, fmt.Sprintf("nt m=%d n=%d k=%d", m, n, k))
+			}
+		}
+	}
 }

@@ -68,8 +68,13 @@ func quantizeWith(t *testing.T, dir string, s quant.Scheme, skip []string, all b
 //     slice, a cut MX block) instead moves every position (the static
 //     quant_bias error alone is ~50% of a linear's output,
 //     TestQuantParallelStaticZeroPoint). So: at most 40% of positions
-//     beyond logitTol, max relative difference 0.1, every greedy token
-//     equal (measured: all equal).
+//     beyond logitTol; under EP alone (no TP sum, the same ops in the
+//     same order) also max relative difference 0.1 and every greedy
+//     token equal (measured: 0). Under TP a flip's cascade is as large as
+//     quantization noise (a change of the KDA kernels' summation order
+//     alone moved tiny W8A8 TP2+EP4 from 2.8e-7 to 0.05, one greedy token
+//     of 36), so TP layouts are held to the accuracy bounds below, like
+//     W8A8_DYNAMIC's, plus the 40% bound.
 //   - W8A8_DYNAMIC under TP (also W8A8's routed experts, dynamic, when
 //     TP splits them without EP): each TP rank of a row-parallel linear
 //     quantizes its input slice with its own per-token scale
@@ -176,6 +181,7 @@ func TestQuantParallelMatchesSingle(t *testing.T) {
 					// dynamic under W8A8, TP-split without EP) quantize their
 					// activations per TP rank.
 					dynamicTP := l.tp > 1 && (tc.scheme == quant.W8A8Dynamic || tc.scheme == quant.W8A8 && !l.ep)
+					exact := l.tp == 1
 					ps := l.placements(t)
 					models := make([]*glm5next.Model, len(ps))
 					for g, p := range ps {
@@ -214,7 +220,7 @@ func TestQuantParallelMatchesSingle(t *testing.T) {
 							greedy++
 							if g, w := argmax(j.logits[k]), argmax(ref[i][k]); g != w {
 								flips++
-								if !dynamicTP {
+								if exact {
 									t.Errorf("sequence %d position %d: greedy token %d, single rank %d", i, k, g, w)
 								}
 							}
@@ -223,12 +229,12 @@ func TestQuantParallelMatchesSingle(t *testing.T) {
 					pf := accuracy(got, fref)
 					t.Logf("%s: max rel logit diff vs the single rank %.3g, %d of %d positions beyond %g, %d of %d greedy tokens differ; vs the float model: max rel diff %.3g (single rank %.3g), top-1 %.4f (single rank %.4f)",
 						tc.scheme, worst, off, rows, quantParallelTol, flips, greedy, pf.rel, sf.rel, pf.top1, sf.top1)
-					if !dynamicTP {
+					if !dynamicTP && float64(off) > exactTPOff*float64(rows) {
+						t.Errorf("%d of %d positions differ by more than %g (bound %.0f%%): not a rare rounding flip", off, rows, quantParallelTol, 100*exactTPOff)
+					}
+					if exact {
 						if worst > exactTPRel {
 							t.Errorf("max relative logit difference %.3g > %g", worst, exactTPRel)
-						}
-						if float64(off) > exactTPOff*float64(rows) {
-							t.Errorf("%d of %d positions differ by more than %g (bound %.0f%%): not a rare rounding flip", off, rows, quantParallelTol, 100*exactTPOff)
 						}
 						return
 					}

@@ -1,0 +1,280 @@
+// AVX-512 kernels of the chunked KDA form (kda.go): a small fp32 matrix
+// product C += A·B (B row-major, n a multiple of 16) and a 1×4 dot-product
+// block for C = A·Bᵀ. Dispatch and bounds checks are in kdavec_amd64.go.
+
+#include "textflag.h"
+
+// func kdaGemm4AVX512(a *float32, lda int, b *float32, ldb int, c *float32, ldc int, k, n int)
+// For r < 4, j < n: c[r*ldc+j] += Σ_{p<k} a[r*lda+p] * b[p*ldb+j];
+// k > 0, n a positive multiple of 16. Columns go in blocks of 64 (4 rows ×
+// 4 vectors = 16 accumulators), then of 16.
+TEXT ·kdaGemm4AVX512(SB), NOSPLIT, $0-64
+	MOVQ a+0(FP), SI
+	MOVQ lda+8(FP), R8
+	MOVQ b+16(FP), DI
+	MOVQ ldb+24(FP), R9
+	MOVQ c+32(FP), DX
+	MOVQ ldc+40(FP), R10
+	MOVQ k+48(FP), CX
+	MOVQ n+56(FP), BX
+	SHLQ $2, R8
+	SHLQ $2, R9
+	SHLQ $2, R10
+	SHLQ $2, BX
+	LEAQ (SI)(CX*4), CX    // end of row 0 of a
+	LEAQ (R8)(R8*2), R12   // 3*lda
+	XORQ R11, R11          // column offset in bytes
+
+g4blk:
+	LEAQ 256(R11), R13
+	CMPQ R13, BX
+	JGT  g4tail
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	MOVQ   SI, R13
+	LEAQ   (DI)(R11*1), AX
+
+g4p:
+	VMOVUPS      (AX), Z16
+	VMOVUPS      64(AX), Z17
+	VMOVUPS      128(AX), Z18
+	VMOVUPS      192(AX), Z19
+	VBROADCASTSS (R13), Z20
+	VBROADCASTSS (R13)(R8*1), Z21
+	VBROADCASTSS (R13)(R8*2), Z22
+	VBROADCASTSS (R13)(R12*1), Z23
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z17, Z20, Z1
+	VFMADD231PS  Z18, Z20, Z2
+	VFMADD231PS  Z19, Z20, Z3
+	VFMADD231PS  Z16, Z21, Z4
+	VFMADD231PS  Z17, Z21, Z5
+	VFMADD231PS  Z18, Z21, Z6
+	VFMADD231PS  Z19, Z21, Z7
+	VFMADD231PS  Z16, Z22, Z8
+	VFMADD231PS  Z17, Z22, Z9
+	VFMADD231PS  Z18, Z22, Z10
+	VFMADD231PS  Z19, Z22, Z11
+	VFMADD231PS  Z16, Z23, Z12
+	VFMADD231PS  Z17, Z23, Z13
+	VFMADD231PS  Z18, Z23, Z14
+	VFMADD231PS  Z19, Z23, Z15
+	ADDQ         $4, R13
+	ADDQ         R9, AX
+	CMPQ         R13, CX
+	JLT          g4p
+
+	LEAQ    (DX)(R11*1), R13
+	VADDPS  (R13), Z0, Z0
+	VADDPS  64(R13), Z1, Z1
+	VADDPS  128(R13), Z2, Z2
+	VADDPS  192(R13), Z3, Z3
+	VMOVUPS Z0, (R13)
+	VMOVUPS Z1, 64(R13)
+	VMOVUPS Z2, 128(R13)
+	VMOVUPS Z3, 192(R13)
+	ADDQ    R10, R13
+	VADDPS  (R13), Z4, Z4
+	VADDPS  64(R13), Z5, Z5
+	VADDPS  128(R13), Z6, Z6
+	VADDPS  192(R13), Z7, Z7
+	VMOVUPS Z4, (R13)
+	VMOVUPS Z5, 64(R13)
+	VMOVUPS Z6, 128(R13)
+	VMOVUPS Z7, 192(R13)
+	ADDQ    R10, R13
+	VADDPS  (R13), Z8, Z8
+	VADDPS  64(R13), Z9, Z9
+	VADDPS  128(R13), Z10, Z10
+	VADDPS  192(R13), Z11, Z11
+	VMOVUPS Z8, (R13)
+	VMOVUPS Z9, 64(R13)
+	VMOVUPS Z10, 128(R13)
+	VMOVUPS Z11, 192(R13)
+	ADDQ    R10, R13
+	VADDPS  (R13), Z12, Z12
+	VADDPS  64(R13), Z13, Z13
+	VADDPS  128(R13), Z14, Z14
+	VADDPS  192(R13), Z15, Z15
+	VMOVUPS Z12, (R13)
+	VMOVUPS Z13, 64(R13)
+	VMOVUPS Z14, 128(R13)
+	VMOVUPS Z15, 192(R13)
+	ADDQ    $256, R11
+	JMP     g4blk
+
+g4tail:
+	CMPQ   R11, BX
+	JGE    g4done
+	VPXORD Z0, Z0, Z0
+	VPXORD Z4, Z4, Z4
+	VPXORD Z8, Z8, Z8
+	VPXORD Z12, Z12, Z12
+	MOVQ   SI, R13
+	LEAQ   (DI)(R11*1), AX
+
+g4tp:
+	VMOVUPS      (AX), Z16
+	VBROADCASTSS (R13), Z20
+	VBROADCASTSS (R13)(R8*1), Z21
+	VBROADCASTSS (R13)(R8*2), Z22
+	VBROADCASTSS (R13)(R12*1), Z23
+	VFMADD231PS  Z16, Z20, Z0
+	VFMADD231PS  Z16, Z21, Z4
+	VFMADD231PS  Z16, Z22, Z8
+	VFMADD231PS  Z16, Z23, Z12
+	ADDQ         $4, R13
+	ADDQ         R9, AX
+	CMPQ         R13, CX
+	JLT          g4tp
+
+	LEAQ    (DX)(R11*1), R13
+	VADDPS  (R13), Z0, Z0
+	VMOVUPS Z0, (R13)
+	ADDQ    R10, R13
+	VADDPS  (R13), Z4, Z4
+	VMOVUPS Z4, (R13)
+	ADDQ    R10, R13
+	VADDPS  (R13), Z8, Z8
+	VMOVUPS Z8, (R13)
+	ADDQ    R10, R13
+	VADDPS  (R13), Z12, Z12
+	VMOVUPS Z12, (R13)
+	ADDQ    $64, R11
+	JMP     g4tail
+
+g4done:
+	VZEROUPPER
+	RET
+
+// func kdaGemm1AVX512(a *float32, b *float32, ldb int, c *float32, k, n int)
+// For j < n: c[j] += Σ_{p<k} a[p] * b[p*ldb+j]; k > 0, n a positive
+// multiple of 16.
+TEXT ·kdaGemm1AVX512(SB), NOSPLIT, $0-48
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DI
+	MOVQ ldb+16(FP), R9
+	MOVQ c+24(FP), DX
+	MOVQ k+32(FP), CX
+	MOVQ n+40(FP), BX
+	SHLQ $2, R9
+	SHLQ $2, BX
+	LEAQ (SI)(CX*4), CX
+	XORQ R11, R11
+
+g1blk:
+	LEAQ   256(R11), R13
+	CMPQ   R13, BX
+	JGT    g1tail
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	MOVQ   SI, R13
+	LEAQ   (DI)(R11*1), AX
+
+g1p:
+	VBROADCASTSS (R13), Z20
+	VFMADD231PS  (AX), Z20, Z0
+	VFMADD231PS  64(AX), Z20, Z1
+	VFMADD231PS  128(AX), Z20, Z2
+	VFMADD231PS  192(AX), Z20, Z3
+	ADDQ         $4, R13
+	ADDQ         R9, AX
+	CMPQ         R13, CX
+	JLT          g1p
+
+	LEAQ    (DX)(R11*1), R13
+	VADDPS  (R13), Z0, Z0
+	VADDPS  64(R13), Z1, Z1
+	VADDPS  128(R13), Z2, Z2
+	VADDPS  192(R13), Z3, Z3
+	VMOVUPS Z0, (R13)
+	VMOVUPS Z1, 64(R13)
+	VMOVUPS Z2, 128(R13)
+	VMOVUPS Z3, 192(R13)
+	ADDQ    $256, R11
+	JMP     g1blk
+
+g1tail:
+	CMPQ   R11, BX
+	JGE    g1done
+	VPXORD Z0, Z0, Z0
+	MOVQ   SI, R13
+	LEAQ   (DI)(R11*1), AX
+
+g1tp:
+	VBROADCASTSS (R13), Z20
+	VFMADD231PS  (AX), Z20, Z0
+	ADDQ         $4, R13
+	ADDQ         R9, AX
+	CMPQ         R13, CX
+	JLT          g1tp
+
+	VADDPS  (DX)(R11*1), Z0, Z0
+	VMOVUPS Z0, (DX)(R11*1)
+	ADDQ    $64, R11
+	JMP     g1tail
+
+g1done:
+	VZEROUPPER
+	RET
+
+// func kdaDotNT4AVX512(a *float32, b *float32, ldb int, k int, c *float32)
+// For j < 4: c[j] = Σ_{p<k} a[p] * b[j*ldb+p]; k a positive multiple of 16.
+TEXT ·kdaDotNT4AVX512(SB), NOSPLIT, $0-40
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DI
+	MOVQ ldb+16(FP), R8
+	MOVQ k+24(FP), CX
+	MOVQ c+32(FP), DX
+	SHLQ $2, R8
+	SHLQ $2, CX
+	LEAQ (R8)(R8*2), R12
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	XORQ   R11, R11
+
+ntp:
+	VMOVUPS     (SI)(R11*1), Z4
+	LEAQ        (DI)(R11*1), AX
+	VFMADD231PS (AX), Z4, Z0
+	VFMADD231PS (AX)(R8*1), Z4, Z1
+	VFMADD231PS (AX)(R8*2), Z4, Z2
+	VFMADD231PS (AX)(R12*1), Z4, Z3
+	ADDQ        $64, R11
+	CMPQ        R11, CX
+	JLT         ntp
+
+	VEXTRACTF64X4 $1, Z0, Y4
+	VADDPS        Y4, Y0, Y0
+	VEXTRACTF64X4 $1, Z1, Y5
+	VADDPS        Y5, Y1, Y1
+	VEXTRACTF64X4 $1, Z2, Y6
+	VADDPS        Y6, Y2, Y2
+	VEXTRACTF64X4 $1, Z3, Y7
+	VADDPS        Y7, Y3, Y3
+	VHADDPS       Y1, Y0, Y0
+	VHADDPS       Y3, Y2, Y2
+	VHADDPS       Y2, Y0, Y0
+	VEXTRACTF128  $1, Y0, X1
+	VADDPS        X1, X0, X0
+	VMOVUPS       X0, (DX)
+	VZEROUPPER
+	RET
