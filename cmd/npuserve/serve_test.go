@@ -777,6 +777,48 @@ func TestServeQuantized(t *testing.T) {
 	}
 }
 
+// TestServeQuantizedParallel: an msmodelslim checkpoint (the trained
+// fixture quantized w8a8_dynamic) served by several rank processes. DP2
+// with expert parallelism computes exactly the single rank's logits, so
+// its greedy tokens are generate's; TP2 quantizes activations per rank
+// (as on Ascend), so it must serve, with tokens, but may differ in them.
+func TestServeQuantizedParallel(t *testing.T) {
+	trained := filepath.Join(fixtures, "trained")
+	dir := filepath.Join(t.TempDir(), "w8a8_dynamic")
+	if _, stderr, code := run(t, "quantize", "--model", trained, "--out", dir, "--scheme", "w8a8_dynamic"); code != 0 {
+		t.Fatalf("quantize: exit %d: %s", code, stderr)
+	}
+	g := loadGolden(t, "trained")
+	var want [][]int32
+	for _, p := range g.Prompts[:2] {
+		stdout, stderr, code := run(t, "generate", "--model", dir, "--prompt-ids", idsArg(p), "--max-tokens", "8", "--ignore-eos", "--json")
+		var gen generateResult
+		if code != 0 || json.Unmarshal([]byte(stdout), &gen) != nil || len(gen.TokenIDs) != 8 {
+			t.Fatalf("generate: exit %d, %q, %s", code, stdout, stderr)
+		}
+		want = append(want, gen.TokenIDs)
+	}
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		exact bool
+	}{
+		{"DP2 EP", []string{"--data-parallel-size", "2", "--enable-expert-parallel"}, true},
+		{"TP2", []string{"--tensor-parallel-size", "2"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startServeDir(t, dir, append(tc.args, "--quantization", "ascend", "--device", "cpu", "--max-num-seqs", "4", "--max-model-len", "256")...)
+			defer s.stop()
+			for i, p := range g.Prompts[:2] {
+				got := completionIDs(t, s, p, 8)
+				if len(got) != 8 || tc.exact && !equalIDs(got, want[i]) {
+					t.Errorf("prompt %d: served %v, single rank %v", i, got, want[i])
+				}
+			}
+		})
+	}
+}
+
 // TestServeHandMadeMsmodelslim: the hand-made msmodelslim checkpoint
 // (testdata/msmodelslim/handmade: names, dtypes and every scheme as
 // serving-compat.md §4 lists them, written without npuserve quantize)
