@@ -117,6 +117,19 @@ const (
 	exp32Round = 12582912          // 1.5·2^23: adding it rounds a float32 to an integer
 )
 
+// expPoly is e^r for |r| ≤ ln2/2: Cephes expf's polynomial (relative
+// error about 1e-7 in float32).
+func expPoly(r float32) float32 {
+	p := float32(1.9875691500e-4)
+	p = p*r + 1.3981999507e-3
+	p = p*r + 8.3334519073e-3
+	p = p*r + 4.1665795894e-2
+	p = p*r + 1.6666665459e-1
+	p = p*r + 5.0000001201e-1
+	y := p*(r*r) + r + 1
+	return y
+}
+
 // exp32 is e^x in float32 arithmetic: within 2 ulp of the correctly
 // rounded float32 result for normal results, within 1 ulp of the subnormal
 // spacing for subnormal ones (TestExp32Accuracy checks both against
@@ -137,13 +150,7 @@ func exp32(x float32) float32 {
 	n := t - exp32Round
 	r := x - n*exp32C1
 	r -= n * exp32C2
-	p := float32(1.9875691500e-4)
-	p = p*r + 1.3981999507e-3
-	p = p*r + 8.3334519073e-3
-	p = p*r + 4.1665795894e-2
-	p = p*r + 1.6666665459e-1
-	p = p*r + 5.0000001201e-1
-	y := p*(r*r) + r + 1
+	y := expPoly(r)
 	e := int32(n)
 	if e >= -126 {
 		if e > 127 { // x just below exp32Max: y < 1 keeps the result finite

@@ -531,13 +531,7 @@ func kdaExp(x float64) float32 {
 	t := x*math.Log2E + round
 	n := t - round
 	r := float32(x - n*math.Ln2)
-	p := float32(1.9875691500e-4)
-	p = p*r + 1.3981999507e-3
-	p = p*r + 8.3334519073e-3
-	p = p*r + 4.1665795894e-2
-	p = p*r + 1.6666665459e-1
-	p = p*r + 5.0000001201e-1
-	y := p*(r*r) + r + 1
+	y := expPoly(r)
 	return y * math.Float32frombits(uint32(int32(n)+127)<<23)
 }
 

@@ -27,14 +27,18 @@ func evalSequences(t *testing.T, dir string, vocab int) [][]int32 {
 	if held, ok := heldOutWindows(t, dir); ok {
 		return held
 	}
-	seqs := goldenPrompts(t, dir)
-	rng := rand.New(rand.NewPCG(101, 102))
-	for range 6 {
-		s := make([]int32, 48)
-		for i := range s {
-			s[i] = int32(rng.IntN(vocab))
+	return append(goldenPrompts(t, dir), randomSequences(101, 6, 48, vocab)...)
+}
+
+// randomSequences are n sequences of length tokens below vocab, seeded.
+func randomSequences(seed uint64, n, length, vocab int) [][]int32 {
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	seqs := make([][]int32, n)
+	for i := range seqs {
+		seqs[i] = make([]int32, length)
+		for j := range seqs[i] {
+			seqs[i][j] = int32(rng.IntN(vocab))
 		}
-		seqs = append(seqs, s)
 	}
 	return seqs
 }
@@ -89,18 +93,7 @@ func fixtureCalibration(t *testing.T, dir string, vocab int) [][]int32 {
 }
 
 // calibSequences are random sequences disjoint from the evaluation ones.
-func calibSequences(vocab int) [][]int32 {
-	rng := rand.New(rand.NewPCG(201, 202))
-	var seqs [][]int32
-	for range 8 {
-		s := make([]int32, 40)
-		for i := range s {
-			s[i] = int32(rng.IntN(vocab))
-		}
-		seqs = append(seqs, s)
-	}
-	return seqs
-}
+func calibSequences(vocab int) [][]int32 { return randomSequences(201, 8, 40, vocab) }
 
 // quantizeFixture quantizes a fixture dir into a temporary dir.
 func quantizeFixture(t *testing.T, be npu.Backend, dir string, s quant.Scheme) string {
