@@ -18,10 +18,17 @@ import (
 //
 // where row j of B is b[r*ldb:], r = bidx[j] (or r = j when bidx is nil).
 // With acc the sum is added to c, otherwise it replaces it. Every element is
-// one sequential fp32 sum over p in increasing order, so its value does not
-// depend on where it sits in the block: equal inputs give bitwise equal
-// outputs (the DSA indexer relies on this for its tie-break).
+// computed the same way whatever its place in the block, so equal inputs
+// give bitwise equal outputs (the DSA indexer relies on this for its
+// tie-break): with the AVX-512 kernels and k a multiple of 16, 16 lane sums
+// (each a sequential fp32 FMA chain over p ≡ lane mod 16, increasing p)
+// added in a fixed tree (attnDot4AVX512); otherwise one sequential fp32 sum
+// over p in increasing order.
 func attnNT(m, n, k int, a []float32, lda int, b []float32, ldb int, bidx []int32, c []float32, ldc int, acc bool) {
+	if vecAVX512() && k > 0 && k%16 == 0 {
+		attnNTSIMD(m, n, k, a, lda, b, ldb, bidx, c, ldc, acc)
+		return
+	}
 	row := func(j int) []float32 {
 		r := j
 		if bidx != nil {
@@ -73,6 +80,12 @@ func attnNT(m, n, k int, a []float32, lda int, b []float32, ldb int, bidx []int3
 // sum of value rows.
 func attnAccRows(z []float32, p []float32, n, k int, b []float32, ldb int, bidx []int32) {
 	z = z[:k]
+	if vecAVX512() && bidx == nil && n > 0 && k > 0 && k%16 == 0 {
+		// z[i] += Σ_j p[j] b[j*ldb+i] as 16-lane fp32 FMA chains over j.
+		_, _ = p[n-1], b[(n-1)*ldb+k-1]
+		kdaGemmSIMD(1, k, n, p, 0, b, ldb, z, 0)
+		return
+	}
 	row := func(j int) []float32 {
 		r := j
 		if bidx != nil {

@@ -41,15 +41,13 @@ func (be *Backend) HCPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, 
 	defer be.Free(mt)
 	be.MatMul(mt, x.Reshape(T, nD), fn.Reshape(mix, nD))
 	mall := F32(mt)
+	simd := vecAVX512() && D%16 == 0
 	be.parallelFor(T, 4, func(lo, hi int) {
 		pre := make([]float32, n)
 		z := make([]float32, n*n)
 		for t := lo; t < hi; t++ {
 			xt := xs[t*nD : (t+1)*nD]
-			var ss float64
-			for _, v := range xt {
-				ss += float64(v) * float64(v)
-			}
+			ss := mdlDot64(xt, xt)
 			r := float32(1 / math.Sqrt(ss/float64(nD)+float64(p.RMSEps)))
 			m := mall[t*mix : (t+1)*mix]
 			for k := range m {
@@ -65,6 +63,12 @@ func (be *Backend) HCPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, 
 			hcSinkhorn(z, n, p.SinkhornIters, eps)
 			copy(ms[t*n*n:(t+1)*n*n], z)
 			out := cs[t*D : (t+1)*D]
+			if simd {
+				// out = Σ_i pre[i] x_i as 16-lane fp32 FMA chains over i.
+				clear(out)
+				kdaGemmSIMD(1, D, n, pre, 0, xt, D, out, 0)
+				continue
+			}
 			x0 := xt[:D]
 			for d := range out {
 				out[d] = pre[0] * x0[d]
@@ -139,6 +143,26 @@ func (be *Backend) HCPost(out, y, post, comb, x *npu.Tensor) {
 		panic(fmt.Sprintf("cpu: HCPost out %v y %v post %v comb %v for x %v", out, y, post, comb, x))
 	}
 	os, ys, ps, cs, xs := F32(out), F32(y), F32(post), F32(comb), F32(x)
+	if vecAVX512() && D%16 == 0 {
+		// out[t] = combᵀ x[t] + post ⊗ y[t]: two small GEMMs per token with
+		// the AVX-512 kernels (fp32 FMA chains over i, then + post·y).
+		be.parallelFor(T, 8, func(lo, hi int) {
+			cT := make([]float32, n*n)
+			for t := lo; t < hi; t++ {
+				ct := cs[t*n*n : (t+1)*n*n]
+				for i := range n {
+					for j := range n {
+						cT[j*n+i] = ct[i*n+j]
+					}
+				}
+				ot := os[t*n*D : (t+1)*n*D]
+				clear(ot)
+				kdaGemmSIMD(n, D, n, cT, n, xs[t*n*D:(t+1)*n*D], D, ot, D)
+				kdaGemmSIMD(n, D, 1, ps[t*n:(t+1)*n], 1, ys[t*D:(t+1)*D], D, ot, D)
+			}
+		})
+		return
+	}
 	be.parallelFor(T, 8, func(lo, hi int) {
 		for t := lo; t < hi; t++ {
 			yt := ys[t*D : (t+1)*D]
@@ -201,6 +225,10 @@ func mdlDot64(a, b []float32) float64 {
 	b = b[:len(a)]
 	var s0, s1, s2, s3 float64
 	i := 0
+	if vecAVX512() {
+		// The first len(a) &^ 31 elements in 8-lane float64 FMA chains.
+		s0, i = dot64SIMD(a, b)
+	}
 	for ; i+4 <= len(a); i += 4 {
 		s0 += float64(a[i]) * float64(b[i])
 		s1 += float64(a[i+1]) * float64(b[i+1])

@@ -127,6 +127,7 @@ func TestHCPre(t *testing.T) {
 		{"three streams bf16 fn", 4, 3, 33, 5, npu.BF16, 1e-6, 1e-6},
 		{"one iteration", 2, 4, 9, 1, npu.F16, 1e-3, 1e-5},
 		{"single token", 1, 4, 64, 20, npu.F32, 1e-6, 1e-5},
+		{"three streams 48 wide", 3, 3, 48, 20, npu.F32, 1e-6, 1e-5},
 	}
 	for ci, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -172,6 +173,8 @@ func TestHCPostMean(t *testing.T) {
 		{"four streams", 6, 4, 16},
 		{"two streams odd", 3, 2, 5},
 		{"one stream", 2, 1, 3},
+		{"three streams 48 wide", 5, 3, 48},
+		{"five streams 32 wide", 3, 5, 32},
 	}
 	for ci, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -68,3 +68,63 @@ func siluSIMD(dst, src []float32) int {
 	siluAVX512(&dst[0], &src[0], n)
 	return n
 }
+
+//go:noescape
+func attnDot4AVX512(a, b0, b1, b2, b3 *float32, k int, c *float32)
+
+//go:noescape
+func dot64AVX512(a, b *float32, n int) float64
+
+// attnNTSIMD is attnNT with the AVX-512 dot kernel; k a positive multiple
+// of 16. A lone last column goes through the same kernel (its row in all
+// four slots), so every element is computed the same way.
+func attnNTSIMD(m, n, k int, a []float32, lda int, b []float32, ldb int, bidx []int32, c []float32, ldc int, acc bool) {
+	if k <= 0 || k%16 != 0 {
+		panic(fmt.Sprintf("cpu: attnNTSIMD k=%d", k))
+	}
+	row := func(j int) *float32 {
+		r := j
+		if bidx != nil {
+			r = int(bidx[j])
+		}
+		return &b[r*ldb : r*ldb+k][0]
+	}
+	var s [4]float32
+	for i := 0; i < m; i++ {
+		a0 := &a[i*lda : i*lda+k][0]
+		ci := c[i*ldc : i*ldc+n]
+		j := 0
+		for ; j+4 <= n; j += 4 {
+			attnDot4AVX512(a0, row(j), row(j+1), row(j+2), row(j+3), k, &s[0])
+			cc := ci[j : j+4 : j+4]
+			if acc {
+				cc[0] += s[0]
+				cc[1] += s[1]
+				cc[2] += s[2]
+				cc[3] += s[3]
+			} else {
+				cc[0], cc[1], cc[2], cc[3] = s[0], s[1], s[2], s[3]
+			}
+		}
+		for ; j < n; j++ {
+			r := row(j)
+			attnDot4AVX512(a0, r, r, r, r, k, &s[0])
+			if acc {
+				ci[j] += s[0]
+			} else {
+				ci[j] = s[0]
+			}
+		}
+	}
+}
+
+// dot64SIMD is Σ a[i]·b[i] over the first len(a) &^ 31 elements,
+// accumulated in float64, and how many elements it covered.
+func dot64SIMD(a, b []float32) (float64, int) {
+	n := len(a) &^ 31
+	if n == 0 {
+		return 0, 0
+	}
+	_ = b[n-1]
+	return dot64AVX512(&a[0], &b[0], n), n
+}

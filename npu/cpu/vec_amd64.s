@@ -207,3 +207,94 @@ siluloop:
 	JNZ     siluloop
 	VZEROUPPER
 	RET
+
+// func attnDot4AVX512(a, b0, b1, b2, b3 *float32, k int, c *float32)
+// For j < 4: c[j] = Σ_{p<k} a[p] * bj[p]; k a positive multiple of 16.
+// Each c[j] is 16 lane sums (one FMA chain per lane over p in increasing
+// order) reduced in a fixed tree that depends only on bj's own lanes, so
+// equal rows give bitwise equal sums whatever their slot j.
+TEXT ·attnDot4AVX512(SB), NOSPLIT, $0-56
+	MOVQ a+0(FP), SI
+	MOVQ b0+8(FP), R8
+	MOVQ b1+16(FP), R9
+	MOVQ b2+24(FP), R10
+	MOVQ b3+32(FP), R12
+	MOVQ k+40(FP), CX
+	MOVQ c+48(FP), DX
+	SHLQ $2, CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	XORQ   R11, R11
+
+adp:
+	VMOVUPS     (SI)(R11*1), Z4
+	VFMADD231PS (R8)(R11*1), Z4, Z0
+	VFMADD231PS (R9)(R11*1), Z4, Z1
+	VFMADD231PS (R10)(R11*1), Z4, Z2
+	VFMADD231PS (R12)(R11*1), Z4, Z3
+	ADDQ        $64, R11
+	CMPQ        R11, CX
+	JLT         adp
+
+	VEXTRACTF64X4 $1, Z0, Y4
+	VADDPS        Y4, Y0, Y0
+	VEXTRACTF64X4 $1, Z1, Y5
+	VADDPS        Y5, Y1, Y1
+	VEXTRACTF64X4 $1, Z2, Y6
+	VADDPS        Y6, Y2, Y2
+	VEXTRACTF64X4 $1, Z3, Y7
+	VADDPS        Y7, Y3, Y3
+	VHADDPS       Y1, Y0, Y0
+	VHADDPS       Y3, Y2, Y2
+	VHADDPS       Y2, Y0, Y0
+	VEXTRACTF128  $1, Y0, X1
+	VADDPS        X1, X0, X0
+	VMOVUPS       X0, (DX)
+	VZEROUPPER
+	RET
+
+// func dot64AVX512(a, b *float32, n int) float64
+// Σ_{i<n} a[i]·b[i] with the products and sums in float64 (8 lanes, four
+// accumulators); n a positive multiple of 32.
+TEXT ·dot64AVX512(SB), NOSPLIT, $0-32
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DI
+	MOVQ n+16(FP), CX
+	SHLQ $2, CX
+	VPXORQ Z0, Z0, Z0
+	VPXORQ Z1, Z1, Z1
+	VPXORQ Z2, Z2, Z2
+	VPXORQ Z3, Z3, Z3
+	XORQ   R11, R11
+
+d64p:
+	VCVTPS2PD   (SI)(R11*1), Z4
+	VCVTPS2PD   (DI)(R11*1), Z5
+	VFMADD231PD Z5, Z4, Z0
+	VCVTPS2PD   32(SI)(R11*1), Z6
+	VCVTPS2PD   32(DI)(R11*1), Z7
+	VFMADD231PD Z7, Z6, Z1
+	VCVTPS2PD   64(SI)(R11*1), Z8
+	VCVTPS2PD   64(DI)(R11*1), Z9
+	VFMADD231PD Z9, Z8, Z2
+	VCVTPS2PD   96(SI)(R11*1), Z10
+	VCVTPS2PD   96(DI)(R11*1), Z11
+	VFMADD231PD Z11, Z10, Z3
+	ADDQ        $128, R11
+	CMPQ        R11, CX
+	JLT         d64p
+
+	VADDPD        Z1, Z0, Z0
+	VADDPD        Z3, Z2, Z2
+	VADDPD        Z2, Z0, Z0
+	VEXTRACTF64X4 $1, Z0, Y1
+	VADDPD        Y1, Y0, Y0
+	VEXTRACTF128  $1, Y0, X1
+	VADDPD        X1, X0, X0
+	VPERMILPD     $1, X0, X1
+	VADDSD        X1, X0, X0
+	VMOVSD        X0, ret+24(FP)
+	VZEROUPPER
+	RET

@@ -25,3 +25,9 @@ func kdaNTSIMD(m, n, k int, a []float32, lda int, b []float32, ldb int, c []floa
 }
 
 func siluSIMD(dst, src []float32) int { return 0 }
+
+func attnNTSIMD(m, n, k int, a []float32, lda int, b []float32, ldb int, bidx []int32, c []float32, ldc int, acc bool) {
+	panic("cpu: no attnNTSIMD on this architecture")
+}
+
+func dot64SIMD(a, b []float32) (float64, int) { return 0, 0 }

@@ -159,3 +159,111 @@ func TestKDAGemmSIMD(t *testing.T) {
 		}
 	}
 }
+
+// TestVecHC runs the mHC tests (widths that are and are not multiples of
+// 16, stream counts that are and are not multiples of 4) on both paths.
+func TestVecHC(t *testing.T) {
+	withVec(t, func(t *testing.T) {
+		TestHCPre(t)
+		TestHCPostMean(t)
+	})
+}
+
+// TestAttnNTSIMD compares attnNT and attnAccRows on the AVX-512 path with
+// the Go loops on odd sizes, with and without row indices, and checks that
+// equal rows give bitwise equal scores in every column slot (lone last
+// columns included).
+func TestAttnNTSIMD(t *testing.T) {
+	if !vecAVX512() {
+		t.Skip("no AVX-512 helper kernels")
+	}
+	r := rand.New(rand.NewPCG(9, 4))
+	fill := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = r.Float32()*2 - 1
+		}
+		return v
+	}
+	run := func(on bool, f func()) {
+		old := vecOn
+		vecOn = on
+		defer func() { vecOn = old }()
+		f()
+	}
+	for _, m := range []int{1, 3} {
+		for _, n := range []int{1, 2, 3, 4, 5, 7, 9, 13} {
+			for _, k := range []int{16, 48, 256} {
+				for _, indexed := range []bool{false, true} {
+					for _, acc := range []bool{false, true} {
+						lda, ldb, ldc := k+3, k+5, n+2
+						rows := n + 4
+						a, b, c0 := fill(m*lda), fill(rows*ldb), fill(m*ldc)
+						var bidx []int32
+						if indexed {
+							bidx = make([]int32, n)
+							for j := range bidx {
+								bidx[j] = int32(r.IntN(rows))
+							}
+							bidx[n-1] = bidx[0] // a duplicate, in the tail when n%4 != 0
+						}
+						got, want := append([]float32(nil), c0...), append([]float32(nil), c0...)
+						run(true, func() { attnNT(m, n, k, a, lda, b, ldb, bidx, got, ldc, acc) })
+						run(false, func() { attnNT(m, n, k, a, lda, b, ldb, bidx, want, ldc, acc) })
+						for i := range want {
+							if d := math.Abs(float64(got[i] - want[i])); d > 1e-5*(1+math.Abs(float64(want[i]))) {
+								t.Fatalf("m %d n %d k %d indexed %v acc %v: c[%d] = %g, want %g", m, n, k, indexed, acc, i, got[i], want[i])
+							}
+						}
+						if indexed && !acc {
+							for i := range m {
+								if x, y := got[i*ldc], got[i*ldc+n-1]; math.Float32bits(x) != math.Float32bits(y) {
+									t.Fatalf("m %d n %d k %d: equal rows score %g and %g", m, n, k, x, y)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, n := range []int{1, 3, 4, 7, 13} {
+		for _, k := range []int{16, 48, 256} {
+			ldb := k + 5
+			p, b, z0 := fill(n), fill(n*ldb), fill(k)
+			got, want := append([]float32(nil), z0...), append([]float32(nil), z0...)
+			run(true, func() { attnAccRows(got, p, n, k, b, ldb, nil) })
+			run(false, func() { attnAccRows(want, p, n, k, b, ldb, nil) })
+			for i := range want {
+				if d := math.Abs(float64(got[i] - want[i])); d > 1e-5*(1+math.Abs(float64(want[i]))) {
+					t.Fatalf("attnAccRows n %d k %d: z[%d] = %g, want %g", n, k, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// TestDot64SIMD compares mdlDot64 on the AVX-512 path with a sequential
+// float64 sum for all lengths to 100.
+func TestDot64SIMD(t *testing.T) {
+	withVec(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(2, 8))
+		a, b := make([]float32, 100), make([]float32, 103)
+		for i := range a {
+			a[i] = r.Float32()*2 - 1
+		}
+		for i := range b {
+			b[i] = r.Float32()*2 - 1
+		}
+		for n := 0; n <= len(a); n++ {
+			var want, mag float64
+			for i := range n {
+				want += float64(a[i]) * float64(b[3+i])
+				mag += math.Abs(float64(a[i]) * float64(b[3+i]))
+			}
+			if got := mdlDot64(a[:n], b[3:3+n]); math.Abs(got-want) > 1e-14*(1+mag) {
+				t.Fatalf("n %d: %g, want %g", n, got, want)
+			}
+		}
+	})
+}
