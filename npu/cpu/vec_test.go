@@ -27,6 +27,23 @@ func withVec(t *testing.T, f func(t *testing.T)) {
 	}
 }
 
+// withVecSet runs f with the vector helper kernels switched to on.
+func withVecSet(on bool, f func()) {
+	old := vecOn
+	vecOn = on
+	defer func() { vecOn = old }()
+	f()
+}
+
+// uniformFloats are n values uniform in [-1, 1).
+func uniformFloats(r *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = r.Float32()*2 - 1
+	}
+	return v
+}
+
 // TestVecKDA runs the KDA tests (decode recurrence included) on both the
 // AVX-512 helper path and the portable one.
 func TestVecKDA(t *testing.T) {
@@ -111,19 +128,8 @@ func TestKDAGemmSIMD(t *testing.T) {
 		t.Skip("no AVX-512 helper kernels")
 	}
 	r := rand.New(rand.NewPCG(3, 3))
-	fill := func(n int) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = r.Float32()*2 - 1
-		}
-		return v
-	}
-	run := func(on bool, f func()) {
-		old := vecOn
-		vecOn = on
-		defer func() { vecOn = old }()
-		f()
-	}
+	fill := func(n int) []float32 { return uniformFloats(r, n) }
+	run := withVecSet
 	near := func(t *testing.T, got, want []float32, what string) {
 		t.Helper()
 		for i := range want {
@@ -178,19 +184,8 @@ func TestAttnNTSIMD(t *testing.T) {
 		t.Skip("no AVX-512 helper kernels")
 	}
 	r := rand.New(rand.NewPCG(9, 4))
-	fill := func(n int) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = r.Float32()*2 - 1
-		}
-		return v
-	}
-	run := func(on bool, f func()) {
-		old := vecOn
-		vecOn = on
-		defer func() { vecOn = old }()
-		f()
-	}
+	fill := func(n int) []float32 { return uniformFloats(r, n) }
+	run := withVecSet
 	for _, m := range []int{1, 3} {
 		for _, n := range []int{1, 2, 3, 4, 5, 7, 9, 13} {
 			for _, k := range []int{16, 48, 256} {
