@@ -23,8 +23,8 @@ func TestIdleTPGroupStaysUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const idle = 4 * time.Second
-	opts := hccl.Options{Timeout: 1500 * time.Millisecond, InitTimeout: 20 * time.Second, Name: "world"}
+	const idle = 7 * time.Second
+	opts := hccl.Options{Timeout: 3 * time.Second, InitTimeout: 20 * time.Second, Name: "world"}
 	ri, err := hccl.NewRootInfo("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
