@@ -1,16 +1,18 @@
 package main
 
 import (
-	"os"
+	"bytes"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/npuserve/npuserve/engine/tokenizer"
 )
 
 // FuzzReadSequences feeds arbitrary prompts files (--prompts-file of eval,
 // --calib-prompts of quantize: JSON lines, each a string or an array of
-// token ids) to readSequences, with the tiny fixture's tokenizer for the
-// strings. It must never panic; an error names the file; an accepted file
+// token ids) to readSequences' parser, with the tiny fixture's tokenizer
+// (loaded once) for the strings. It must never panic; an error names the file; an accepted file
 // gives at least one sequence, every one non-empty with ids ≥ 0.
 func FuzzReadSequences(f *testing.F) {
 	for _, s := range []string{
@@ -28,13 +30,14 @@ func FuzzReadSequences(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	tok := filepath.Join(fixtures, "tiny")
-	p := filepath.Join(f.TempDir(), "prompts.jsonl")
+	tk, err := tokenizer.Load(filepath.Join(fixtures, "tiny"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	tok := func() (*tokenizer.Tokenizer, error) { return tk, nil }
+	const p = "prompts.jsonl"
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if err := os.WriteFile(p, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		seqs, err := readSequences(p, tok)
+		seqs, err := parseSequences(bytes.NewReader(data), p, tok)
 		if err != nil {
 			if seqs != nil {
 				t.Fatal("sequences returned with an error")

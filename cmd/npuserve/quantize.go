@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,8 +94,24 @@ func readSequences(path, dir string) ([][]int32, error) {
 	}
 	defer f.Close()
 	var tok *tokenizer.Tokenizer
+	return parseSequences(f, path, func() (*tokenizer.Tokenizer, error) {
+		if tok != nil {
+			return tok, nil
+		}
+		t, err := tokenizer.Load(dir)
+		if err != nil {
+			return nil, fmt.Errorf("a text prompt needs the tokenizer of %s: %v", filepath.Clean(dir), err)
+		}
+		tok = t
+		return tok, nil
+	})
+}
+
+// parseSequences is readSequences on r (named path in errors); tok gives
+// the tokenizer the first text prompt needs.
+func parseSequences(r io.Reader, path string, tok func() (*tokenizer.Tokenizer, error)) ([][]int32, error) {
 	var seqs [][]int32
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for line := 1; sc.Scan(); line++ {
 		text := strings.TrimSpace(sc.Text())
@@ -107,13 +124,12 @@ func readSequences(path, dir string) ([][]int32, error) {
 		}
 		switch x := v.(type) {
 		case string:
-			if tok == nil {
-				if tok, err = tokenizer.Load(dir); err != nil {
-					return nil, fmt.Errorf("%s:%d: a text prompt needs the tokenizer of %s: %v", path, line, filepath.Clean(dir), err)
-				}
+			t, err := tok()
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: %v", path, line, err)
 			}
 			var ids []int32
-			for _, id := range tok.Encode(x, true) {
+			for _, id := range t.Encode(x, true) {
 				ids = append(ids, int32(id))
 			}
 			if len(ids) == 0 {
@@ -138,7 +154,7 @@ func readSequences(path, dir string) ([][]int32, error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %v", path, err)
 	}
 	if len(seqs) == 0 {
 		return nil, fmt.Errorf("%s: no prompts", path)
