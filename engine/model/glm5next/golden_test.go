@@ -177,7 +177,51 @@ type job struct {
 	chunk  int
 	seq    *kvcache.Seq
 	fed    int
+	last   int // tokens fed by the latest step
 	logits [][]float32
+}
+
+// nextBatch appends every unfinished job's next chunk to mgr and returns
+// the step's batch (logits of every row) with the jobs in it; nil when
+// every job is done.
+func nextBatch(mgr *kvcache.Manager, jobs []*job) (*glm5next.Batch, []*job, error) {
+	var seqs []*kvcache.Seq
+	var rows []int
+	var toks []int32
+	var active []*job
+	for _, j := range jobs {
+		if j.fed == len(j.tokens) {
+			continue
+		}
+		n := min(j.chunk, len(j.tokens)-j.fed)
+		if err := mgr.Append(j.seq, n); err != nil {
+			return nil, nil, err
+		}
+		seqs, rows = append(seqs, j.seq), append(rows, n)
+		toks = append(toks, j.tokens[j.fed:j.fed+n]...)
+		active = append(active, j)
+		j.fed, j.last = j.fed+n, n
+	}
+	if len(active) == 0 {
+		return nil, nil, nil
+	}
+	all := make([]int, len(toks))
+	for i := range all {
+		all[i] = i
+	}
+	return &glm5next.Batch{Tokens: toks, Layout: mgr.Layout(seqs, rows), LogitRows: all}, active, nil
+}
+
+// takeLogits downloads and frees a step's logits and appends each active
+// job's rows to it.
+func takeLogits(m *glm5next.Model, lg *npu.Tensor, active []*job) {
+	out := glm5next.DownloadRows(m.Backend(), lg)
+	m.Backend().Free(lg)
+	r := 0
+	for _, j := range active {
+		j.logits = append(j.logits, out[r:r+j.last]...)
+		r += j.last
+	}
 }
 
 // run feeds all jobs concurrently (one batch per step, each job its next
@@ -193,43 +237,18 @@ func (e *engine) run(jobs []*job, hooks *glm5next.Batch) {
 	}
 	first := true
 	for {
-		var seqs []*kvcache.Seq
-		var rows []int
-		var toks []int32
-		var active []*job
-		for _, j := range jobs {
-			if j.fed == len(j.tokens) {
-				continue
-			}
-			n := min(j.chunk, len(j.tokens)-j.fed)
-			if err := e.mgr.Append(j.seq, n); err != nil {
-				e.t.Fatal(err)
-			}
-			seqs, rows = append(seqs, j.seq), append(rows, n)
-			toks = append(toks, j.tokens[j.fed:j.fed+n]...)
-			active = append(active, j)
-			j.fed += n
+		b, active, err := nextBatch(e.mgr, jobs)
+		if err != nil {
+			e.t.Fatal(err)
 		}
-		if len(active) == 0 {
+		if b == nil {
 			break
 		}
-		all := make([]int, len(toks))
-		for i := range all {
-			all[i] = i
-		}
-		b := &glm5next.Batch{Tokens: toks, Layout: e.mgr.Layout(seqs, rows), LogitRows: all}
 		if first && hooks != nil {
 			b.Observe, b.ObserveIndex = hooks.Observe, hooks.ObserveIndex
 		}
 		first = false
-		lg := e.m.Forward(e.cache, b)
-		out := glm5next.DownloadRows(e.m.Backend(), lg)
-		e.m.Backend().Free(lg)
-		r := 0
-		for k, j := range active {
-			j.logits = append(j.logits, out[r:r+rows[k]]...)
-			r += rows[k]
-		}
+		takeLogits(e.m, e.m.Forward(e.cache, b), active)
 	}
 	for _, j := range jobs {
 		e.mgr.Free(j.seq)

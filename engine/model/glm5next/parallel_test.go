@@ -151,39 +151,15 @@ func stepRank(m *glm5next.Model, jobs []*job, steps int) error {
 		}
 	}
 	for range steps {
-		var seqs []*kvcache.Seq
-		var rows []int
-		var toks []int32
-		var active []*job
-		for _, j := range jobs {
-			if j.fed == len(j.tokens) {
-				continue
-			}
-			n := min(j.chunk, len(j.tokens)-j.fed)
-			if err := mgr.Append(j.seq, n); err != nil {
-				return err
-			}
-			seqs, rows = append(seqs, j.seq), append(rows, n)
-			toks = append(toks, j.tokens[j.fed:j.fed+n]...)
-			active = append(active, j)
-			j.fed += n
+		b, active, err := nextBatch(mgr, jobs)
+		if err != nil {
+			return err
 		}
-		if len(active) == 0 {
+		if b == nil {
 			m.DummyStep(c)
 			continue
 		}
-		all := make([]int, len(toks))
-		for i := range all {
-			all[i] = i
-		}
-		lg := m.Forward(c, &glm5next.Batch{Tokens: toks, Layout: mgr.Layout(seqs, rows), LogitRows: all})
-		out := glm5next.DownloadRows(m.Backend(), lg)
-		m.Backend().Free(lg)
-		r := 0
-		for k, j := range active {
-			j.logits = append(j.logits, out[r:r+rows[k]]...)
-			r += rows[k]
-		}
+		takeLogits(m, m.Forward(c, b), active)
 	}
 	return nil
 }

@@ -15,9 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/term"
 
 	"github.com/npuserve/npuserve/engine/config"
 	"github.com/npuserve/npuserve/engine/model/loader"
@@ -344,7 +342,7 @@ func Quantize(in, out string, opt QuantizeOptions) (*QuantizeReport, error) {
 	for _, o := range outs {
 		total += o.size
 	}
-	bar := newQuantBar(opt.Progress, total)
+	bar := loader.NewBar(opt.Progress, total, "quantizing")
 	shardBytes := opt.ShardBytes
 	if shardBytes <= 0 {
 		shardBytes = 4 << 30
@@ -638,19 +636,4 @@ func copyAuxFiles(in, out string) error {
 		}
 	}
 	return nil
-}
-
-// newQuantBar returns a byte progress bar on a terminal, else nil.
-func newQuantBar(w io.Writer, total int64) *progressbar.ProgressBar {
-	f, ok := w.(*os.File)
-	if !ok || !term.IsTerminal(int(f.Fd())) {
-		return nil
-	}
-	return progressbar.NewOptions64(total,
-		progressbar.OptionSetWriter(w),
-		progressbar.OptionSetDescription("quantizing"),
-		progressbar.OptionShowBytes(true),
-		progressbar.OptionThrottle(100*time.Millisecond),
-		progressbar.OptionSetPredictTime(true),
-	)
 }

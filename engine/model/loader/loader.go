@@ -367,7 +367,7 @@ func upload(be npu.Backend, ck *safetensors.Checkpoint, jobs []job, progress io.
 	for _, j := range jobs {
 		total += j.readBytes()
 	}
-	bar := newBar(progress, total)
+	bar := NewBar(progress, total, "loading weights")
 
 	out := make(map[string]*npu.Tensor, len(jobs))
 	var mu sync.Mutex
@@ -422,15 +422,16 @@ func (j job) readBytes() int64 {
 	return n
 }
 
-// newBar returns a byte progress bar on a terminal, else nil.
-func newBar(w io.Writer, total int64) *progressbar.ProgressBar {
+// NewBar returns a byte progress bar described by desc when w is a
+// terminal, else nil (loading and quantizing show the same bar).
+func NewBar(w io.Writer, total int64, desc string) *progressbar.ProgressBar {
 	f, ok := w.(*os.File)
 	if !ok || !term.IsTerminal(int(f.Fd())) {
 		return nil
 	}
 	return progressbar.NewOptions64(total,
 		progressbar.OptionSetWriter(w),
-		progressbar.OptionSetDescription("loading weights"),
+		progressbar.OptionSetDescription(desc),
 		progressbar.OptionShowBytes(true),
 		progressbar.OptionThrottle(100*time.Millisecond),
 		progressbar.OptionSetPredictTime(true),
