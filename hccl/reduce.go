@@ -142,37 +142,11 @@ func reduce16(dt npu.DType, op ReduceOp, dst []uint16, srcs [][]uint16) {
 	for lo := 0; lo < len(dst); lo += reduceBlock {
 		hi := min(lo+reduceBlock, len(dst))
 		a, t := acc[:hi-lo], tmp[:hi-lo]
-		widen16(dt, a, srcs[0][lo:hi])
+		npu.WidenHalf(a, dt, srcs[0][lo:hi])
 		for _, s := range srcs[1:] {
-			widen16(dt, t, s[lo:hi])
+			npu.WidenHalf(t, dt, s[lo:hi])
 			combine(op, a, t)
 		}
-		narrow16(dt, dst[lo:hi], a)
-	}
-}
-
-func widen16(dt npu.DType, dst []float32, src []uint16) {
-	src = src[:len(dst)]
-	if dt == npu.BF16 {
-		for i, v := range src {
-			dst[i] = npu.BF16ToF32(v)
-		}
-		return
-	}
-	for i, v := range src {
-		dst[i] = npu.F16ToF32(v)
-	}
-}
-
-func narrow16(dt npu.DType, dst []uint16, src []float32) {
-	src = src[:len(dst)]
-	if dt == npu.BF16 {
-		for i, v := range src {
-			dst[i] = npu.F32ToBF16(v)
-		}
-		return
-	}
-	for i, v := range src {
-		dst[i] = npu.F32ToF16(v)
+		npu.NarrowHalf(dst[lo:hi], dt, a)
 	}
 }

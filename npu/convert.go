@@ -50,3 +50,33 @@ func e4m3Decode(b uint8) float32 {
 
 // E4M3ToF32 decodes an OCP FP8 e4m3 (fn) byte.
 func E4M3ToF32(b uint8) float32 { return e4m3Table[b] }
+
+// WidenHalf converts the 16-bit floats of src (dt BF16 or F16) into dst
+// (len(dst) of them).
+func WidenHalf(dst []float32, dt DType, src []uint16) {
+	src = src[:len(dst)]
+	if dt == BF16 {
+		for i, v := range src {
+			dst[i] = BF16ToF32(v)
+		}
+		return
+	}
+	for i, v := range src {
+		dst[i] = F16ToF32(v)
+	}
+}
+
+// NarrowHalf rounds src to nearest even into dst (len(dst) values), as BF16
+// or F16 by dt.
+func NarrowHalf(dst []uint16, dt DType, src []float32) {
+	src = src[:len(dst)]
+	if dt == BF16 {
+		for i, v := range src {
+			dst[i] = F32ToBF16(v)
+		}
+		return
+	}
+	for i, v := range src {
+		dst[i] = F32ToF16(v)
+	}
+}

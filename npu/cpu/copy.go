@@ -89,7 +89,7 @@ func convertBytes(d []byte, ddt npu.DType, s []byte, sdt npu.DType) {
 		dh := u16s(d)
 		switch sdt {
 		case npu.F32:
-			fromF32(dh, ddt, f32s(s))
+			npu.NarrowHalf(dh, ddt, f32s(s))
 		case npu.BF16, npu.F16:
 			sh := u16s(s)
 			if ddt == npu.BF16 {
@@ -172,20 +172,6 @@ func toF32(d []float32, s []byte, sdt npu.DType) {
 		}
 	default:
 		panic(fmt.Sprintf("cpu: cannot convert %v to F32", sdt))
-	}
-}
-
-// fromF32 narrows s into d (BF16 or F16, round to nearest even).
-func fromF32(d []uint16, ddt npu.DType, s []float32) {
-	d = d[:len(s)]
-	if ddt == npu.BF16 {
-		for i, v := range s {
-			d[i] = npu.F32ToBF16(v)
-		}
-		return
-	}
-	for i, v := range s {
-		d[i] = npu.F32ToF16(v)
 	}
 }
 
