@@ -29,13 +29,7 @@ func attnNT(m, n, k int, a []float32, lda int, b []float32, ldb int, bidx []int3
 		attnNTSIMD(m, n, k, a, lda, b, ldb, bidx, c, ldc, acc)
 		return
 	}
-	row := func(j int) []float32 {
-		r := j
-		if bidx != nil {
-			r = int(bidx[j])
-		}
-		return b[r*ldb : r*ldb+k]
-	}
+	row := func(j int) []float32 { return attnRow(b, ldb, bidx, j, k) }
 	for i := 0; i < m; i++ {
 		a0 := a[i*lda : i*lda+k]
 		ci := c[i*ldc : i*ldc+n]
@@ -86,13 +80,7 @@ func attnAccRows(z []float32, p []float32, n, k int, b []float32, ldb int, bidx 
 		kdaGemmSIMD(1, k, n, p, 0, b, ldb, z, 0)
 		return
 	}
-	row := func(j int) []float32 {
-		r := j
-		if bidx != nil {
-			r = int(bidx[j])
-		}
-		return b[r*ldb : r*ldb+k]
-	}
+	row := func(j int) []float32 { return attnRow(b, ldb, bidx, j, k) }
 	j := 0
 	for ; j+4 <= n; j += 4 {
 		b0, b1, b2, b3 := row(j), row(j+1), row(j+2), row(j+3)
@@ -200,4 +188,13 @@ func attnWorkers[W any](be *Backend, n int, newWorker func() W, work func(w W, i
 			work(w, i)
 		}
 	})
+}
+
+// attnRow is row j of b (row bidx[j] when bidx is set), k wide.
+func attnRow(b []float32, ldb int, bidx []int32, j, k int) []float32 {
+	r := j
+	if bidx != nil {
+		r = int(bidx[j])
+	}
+	return b[r*ldb : r*ldb+k]
 }
