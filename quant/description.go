@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -109,7 +110,7 @@ func ParseDescription(data []byte) (*Description, error) {
 	}
 	d := &Description{Path: DescriptionFile, GroupSize: MXBlock, Tensors: map[string]Scheme{}, Extra: map[string]json.RawMessage{}}
 	var errs []error
-	for _, k := range sortedKeys(raw) {
+	for _, k := range slices.Sorted(maps.Keys(raw)) {
 		v := raw[k]
 		if globalKey(k) {
 			var err error
@@ -204,10 +205,10 @@ func (d *Description) Marshal() []byte {
 	if mx {
 		put("group_size", cmpOr(d.GroupSize, MXBlock))
 	}
-	for _, k := range sortedKeys(d.Extra) {
+	for _, k := range slices.Sorted(maps.Keys(d.Extra)) {
 		put(k, d.Extra[k])
 	}
-	for _, k := range sortedKeys(d.Tensors) {
+	for _, k := range slices.Sorted(maps.Keys(d.Tensors)) {
 		put(k, string(d.Tensors[k]))
 	}
 	b.WriteString("\n}\n")
@@ -220,13 +221,4 @@ func cmpOr[T comparable](v, def T) T {
 		return def
 	}
 	return v
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

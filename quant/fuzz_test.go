@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"maps"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -31,7 +32,7 @@ func FuzzParseDescription(f *testing.F) {
 	}
 	small, keep := *full, map[Scheme]string{}
 	small.Tensors = map[string]Scheme{}
-	for _, k := range sortedKeys(full.Tensors) {
+	for _, k := range slices.Sorted(maps.Keys(full.Tensors)) {
 		s := full.Tensors[k]
 		module := k[:strings.LastIndex(k, ".")]
 		if keep[s] == "" {

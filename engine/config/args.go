@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -1018,7 +1020,7 @@ func jsonText(v any) string {
 // validateLimitMM checks {"image": N, "video": N} (a count may also be an
 // object with a "count", as newer vLLM allows).
 func validateLimitMM(m map[string]any) error {
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		if k != "image" && k != "video" {
 			return fmt.Errorf("modality %q: glm5_next takes image and video inputs", k)
 		}
@@ -1085,13 +1087,4 @@ func validateSpeculative(m map[string]any) error {
 		}
 	}
 	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -245,7 +247,7 @@ func settingKey(k string) string { return strings.ReplaceAll(k, "-", "_") }
 
 // walk interprets the document.
 func (st *settings) walk(doc map[string]any) error {
-	for _, k := range sortedKeys(doc) {
+	for _, k := range slices.Sorted(maps.Keys(doc)) {
 		v := doc[k]
 		nk := settingKey(k)
 		_, isObj := v.(map[string]any)
@@ -273,7 +275,7 @@ func (st *settings) walk(doc map[string]any) error {
 		if !ok {
 			return fmt.Errorf("%s: want a table/object of settings, got %s", k, jsonText(v))
 		}
-		for _, sk := range sortedKeys(obj) {
+		for _, sk := range slices.Sorted(maps.Keys(obj)) {
 			r, ok := sec[settingKey(sk)]
 			if !ok {
 				return fmt.Errorf("unknown key %q", k+"."+sk)

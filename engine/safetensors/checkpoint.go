@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -163,7 +164,7 @@ func openIndex(path string) (*Checkpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	for _, name := range sortedKeys(idx.WeightMap) {
+	for _, name := range slices.Sorted(maps.Keys(idx.WeightMap)) {
 		p := filepath.Join(dir, idx.WeightMap[name])
 		if t, ok := c.tensors[name]; !ok || t.File != p {
 			c.Close()
@@ -177,15 +178,6 @@ func openIndex(path string) (*Checkpoint, error) {
 		}
 	}
 	return c, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // Path is what Open resolved dir to: the single file, the index file or

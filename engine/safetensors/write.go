@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -59,7 +60,7 @@ func Write(path string, tensors []WriteTensor, metadata map[string]string) error
 	hdr.WriteByte('{')
 	if len(metadata) > 0 {
 		hdr.WriteString(quote(metadataKey) + ":{")
-		for i, k := range sortedKeys(metadata) {
+		for i, k := range slices.Sorted(maps.Keys(metadata)) {
 			if i > 0 {
 				hdr.WriteByte(',')
 			}
