@@ -107,17 +107,13 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return usageError("--dtype: %v", err)
 	}
-	quantization, err := config.CPULoadQuantization(args.Quantization, dir)
-	if err != nil {
-		return usageError("serve: %v", err)
-	}
 	t0 := time.Now()
 	var model *glm5next.Model
 	if args.LoadFormat == "dummy" {
 		model = glm5next.NewRandom(be, modelCfg, dtype, args.Seed)
 		logrus.Infof("Built %s with random weights (--load-format dummy) in %.2f s", dir, time.Since(t0).Seconds())
 	} else {
-		opt := glm5next.LoadOptions{DType: dtype, Quantization: quantization, Log: logrus.Infof}
+		opt := glm5next.LoadOptions{DType: dtype, Quantization: config.LoaderQuantization(args.Quantization), Log: logrus.Infof}
 		if isatty.IsTerminal(os.Stderr.Fd()) {
 			opt.Progress = os.Stderr
 		}

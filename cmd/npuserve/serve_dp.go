@@ -59,10 +59,6 @@ func rankSpec(args *config.EngineArgs, dir string, mc *config.ModelConfig, gen *
 	if err != nil {
 		return dp.RankSpec{}, fmt.Errorf("--dtype: %v", err)
 	}
-	quantization, err := config.CPULoadQuantization(args.Quantization, dir)
-	if err != nil {
-		return dp.RankSpec{}, err
-	}
 	ranks := local * args.TensorParallelSize
 	threads := args.Threads
 	if threads == 0 {
@@ -86,7 +82,7 @@ func rankSpec(args *config.EngineArgs, dir string, mc *config.ModelConfig, gen *
 	if args.LoadFormat == "dummy" {
 		spec.Random, spec.RandomDType, spec.Seed = mc, dtype, args.Seed
 	} else {
-		spec.ModelDir, spec.Load = dir, glm5next.LoadOptions{DType: dtype, Quantization: quantization}
+		spec.ModelDir, spec.Load = dir, glm5next.LoadOptions{DType: dtype, Quantization: config.LoaderQuantization(args.Quantization)}
 	}
 	return spec, nil
 }

@@ -652,16 +652,14 @@ func checkModelslim(q, model string) (string, error) {
 }
 
 // CPULoadQuantization resolves --quantization (as given, "" when not) to
-// the cpu loader's mode (glm5next.LoadOptions.Quantization) for the
-// checkpoint in dir: "" (auto-detect an msmodelslim checkpoint) without
-// the flag and for fp8; "ascend" for ascend, w8a8, w8a8_dynamic and
-// w8a8_mxfp8 (mxfp8 and modelopt_mxfp8 are its aliases), after checking
-// that dir has quant_model_description.json and, for the named formats,
-// that its model_quant_type is the one asked for. Errors name
-// --quantization, dir and both types.
+// the cpu loader's mode (glm5next.LoadOptions.Quantization, see
+// LoaderQuantization) for the checkpoint in dir, after checking that dir
+// has quant_model_description.json and, for the named formats, that its
+// model_quant_type is the one asked for (what BuildPlan checks for the cpu
+// backend). Errors name --quantization, dir and both types.
 func CPULoadQuantization(quantization, dir string) (string, error) {
-	switch quantization {
-	case "", "None", "fp8":
+	mode := LoaderQuantization(quantization)
+	if mode == "" {
 		return "", nil
 	}
 	var q string
@@ -671,7 +669,20 @@ func CPULoadQuantization(quantization, dir string) (string, error) {
 	if _, err := checkModelslim(quantization, dir); err != nil {
 		return "", err
 	}
-	return "ascend", nil
+	return mode, nil
+}
+
+// LoaderQuantization maps --quantization to the cpu loader's mode without
+// reading the checkpoint (for callers whose Plan has checked it): "" (auto-
+// detect an msmodelslim checkpoint) without the flag and for fp8, "ascend"
+// (the description is required) for ascend, w8a8, w8a8_dynamic and
+// w8a8_mxfp8 and its aliases.
+func LoaderQuantization(quantization string) string {
+	switch quantization {
+	case "", "None", "fp8":
+		return ""
+	}
+	return "ascend"
 }
 
 // localDir returns path when it is a local directory, else "".
