@@ -86,7 +86,7 @@ func heldOutWindows(t *testing.T, dir string) ([][]int32, bool) {
 // eval_prompts.jsonl windows), else random sequences.
 func fixtureCalibration(t *testing.T, dir string, vocab int) [][]int32 {
 	t.Helper()
-	if _, ok := heldOutWindows(t, dir); !ok {
+	if !trainedFixture(dir) {
 		return calibSequences(vocab)
 	}
 	return goldenPrompts(t, dir)
