@@ -155,9 +155,18 @@ func (s *served) client() openai.Client {
 	return openai.NewClient(option.WithBaseURL(s.url+"/v1"), option.WithAPIKey("none"), option.WithMaxRetries(0))
 }
 
-func httpPost(t *testing.T, url, body string) (int, []byte) {
+func httpPost(t *testing.T, url, body string) (int, []byte) { return httpPostKey(t, url, "", body) }
+
+// httpPostKey posts a JSON body with the API key as a bearer token ("":
+// none) and returns the status and body.
+func httpPostKey(t *testing.T, url, key, body string) (int, []byte) {
 	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -606,24 +615,11 @@ func tail(s string, n int) string {
 func TestServeOptions(t *testing.T) {
 	s := startServe(t, "--api-key", "secret", "--served-model-name", "glm", "--skip-tokenizer-init", "--load-format", "dummy", "--max-num-seqs", "4")
 	defer s.stop()
-	req, _ := http.NewRequest(http.MethodPost, s.url+"/v1/completions", strings.NewReader(`{"model":"glm","prompt":[1,2,3],"max_tokens":4}`))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	code, b := httpPostKey(t, s.url+"/v1/completions", "", `{"model":"glm","prompt":[1,2,3],"max_tokens":4}`)
+	if code != 401 || !strings.Contains(string(b), `"code":401`) {
+		t.Errorf("no key: %d %s", code, b)
 	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 401 || !strings.Contains(string(b), `"code":401`) {
-		t.Errorf("no key: %d %s", resp.StatusCode, b)
-	}
-	req, _ = http.NewRequest(http.MethodPost, s.url+"/v1/completions", strings.NewReader(`{"model":"glm","prompt":[1,2,3],"max_tokens":4,"ignore_eos":true}`))
-	req.Header.Set("Authorization", "Bearer secret")
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
+	code, b = httpPostKey(t, s.url+"/v1/completions", "secret", `{"model":"glm","prompt":[1,2,3],"max_tokens":4,"ignore_eos":true}`)
 	var out struct {
 		Model   string `json:"model"`
 		Choices []struct {
@@ -632,19 +628,12 @@ func TestServeOptions(t *testing.T) {
 		} `json:"choices"`
 	}
 	json.Unmarshal(b, &out)
-	if resp.StatusCode != 200 || out.Model != "glm" || out.Choices[0].Text != "" || len(out.Choices[0].TokenIDs) != 4 {
-		t.Errorf("token-id prompt without tokenizer: %d %s", resp.StatusCode, b)
+	if code != 200 || out.Model != "glm" || out.Choices[0].Text != "" || len(out.Choices[0].TokenIDs) != 4 {
+		t.Errorf("token-id prompt without tokenizer: %d %s", code, b)
 	}
-	req, _ = http.NewRequest(http.MethodPost, s.url+"/v1/completions", strings.NewReader(`{"prompt":"text","max_tokens":4}`))
-	req.Header.Set("Authorization", "Bearer secret")
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 400 || !strings.Contains(string(b), "skip_tokenizer_init") {
-		t.Errorf("text prompt without tokenizer: %d %s", resp.StatusCode, b)
+	code, b = httpPostKey(t, s.url+"/v1/completions", "secret", `{"prompt":"text","max_tokens":4}`)
+	if code != 400 || !strings.Contains(string(b), "skip_tokenizer_init") {
+		t.Errorf("text prompt without tokenizer: %d %s", code, b)
 	}
 }
 

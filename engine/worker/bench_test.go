@@ -42,14 +42,7 @@ const smallConfig = "../../configs/small/config.json"
 //
 //	go test ./engine/worker -run '^$' -bench DecodeTP -benchtime 20x
 func BenchmarkDecodeTP(b *testing.B) {
-	data, err := os.ReadFile(smallConfig)
-	if err != nil {
-		b.Skip(err)
-	}
-	cfg, err := config.ParseModel(data)
-	if err != nil {
-		b.Fatal(err)
-	}
+	cfg := loadSmallConfig(b)
 	cores := runtime.GOMAXPROCS(0)
 	for _, d := range []struct{ tp, threads int }{{1, cores}, {1, max(cores/2, 1)}, {2, max(cores/2, 1)}} {
 		if d.tp == 1 && d.threads == cores && cores == 1 {
@@ -265,14 +258,7 @@ func runBenchChild(js string) int {
 // embedding and two per layer — and the logits all-gather), back to back
 // with no compute, between two ranks of this process over loopback TCP.
 func BenchmarkTPCollectives(b *testing.B) {
-	data, err := os.ReadFile(smallConfig)
-	if err != nil {
-		b.Skip(err)
-	}
-	cfg, err := config.ParseModel(data)
-	if err != nil {
-		b.Fatal(err)
-	}
+	cfg := loadSmallConfig(b)
 	ri, err := hccl.NewRootInfo("127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -337,4 +323,18 @@ func BenchmarkTPCollectives(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/step")
 		})
 	}
+}
+
+// loadSmallConfig parses configs/small/config.json (skipping the
+// benchmark when it is not there).
+func loadSmallConfig(b *testing.B) *config.ModelConfig {
+	data, err := os.ReadFile(smallConfig)
+	if err != nil {
+		b.Skip(err)
+	}
+	cfg, err := config.ParseModel(data)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return cfg
 }
