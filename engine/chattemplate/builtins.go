@@ -214,9 +214,9 @@ func globalRange(r *renderer, args []Value, kw []namedArg) (Value, error) {
 	}
 	n := make([]int64, len(args))
 	for i, a := range args {
-		x, ok := a.AsInt()
-		if !ok {
-			return Value{}, newErr(TypeError, "'%s' object cannot be interpreted as an integer", a.typeName())
+		x, err := a.needInt()
+		if err != nil {
+			return Value{}, err
 		}
 		n[i] = x
 	}

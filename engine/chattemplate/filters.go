@@ -95,9 +95,9 @@ func filterBatch(r *renderer, v Value, args []Value, kw []namedArg) (Value, erro
 	if err != nil {
 		return Value{}, err
 	}
-	n, ok := a[0].AsInt()
-	if !ok {
-		return Value{}, newErr(TypeError, "'%s' object cannot be interpreted as an integer", a[0].typeName())
+	n, err := a[0].needInt()
+	if err != nil {
+		return Value{}, err
 	}
 	items, err := iterate(v)
 	if err != nil {
@@ -128,9 +128,9 @@ func filterSlice(r *renderer, v Value, args []Value, kw []namedArg) (Value, erro
 	if err != nil {
 		return Value{}, err
 	}
-	slices, ok := a[0].AsInt()
-	if !ok {
-		return Value{}, newErr(TypeError, "'%s' object cannot be interpreted as an integer", a[0].typeName())
+	slices, err := a[0].needInt()
+	if err != nil {
+		return Value{}, err
 	}
 	if slices > int64(r.lim.MaxRange) {
 		return Value{}, newErr(LimitError, "too many slices")
@@ -214,9 +214,9 @@ func filterReplace(r *renderer, v Value, args []Value, kw []namedArg) (Value, er
 	}
 	n := -1
 	if set[2] && a[2].kind != NoneKind {
-		c, ok := a[2].AsInt()
-		if !ok {
-			return Value{}, newErr(TypeError, "'%s' object cannot be interpreted as an integer", a[2].typeName())
+		c, err := a[2].needInt()
+		if err != nil {
+			return Value{}, err
 		}
 		n = int(c)
 	}
@@ -230,9 +230,8 @@ func filterCenter(r *renderer, v Value, args []Value, kw []namedArg) (Value, err
 	}
 	w := int64(80)
 	if set[0] {
-		var ok bool
-		if w, ok = a[0].AsInt(); !ok {
-			return Value{}, newErr(TypeError, "'%s' object cannot be interpreted as an integer", a[0].typeName())
+		if w, err = a[0].needInt(); err != nil {
+			return Value{}, err
 		}
 	}
 	if w > int64(r.lim.MaxOutputBytes) {
@@ -569,9 +568,8 @@ func filterRound(r *renderer, v Value, args []Value, kw []namedArg) (Value, erro
 	}
 	prec := int64(0)
 	if set[0] {
-		var ok bool
-		if prec, ok = a[0].AsInt(); !ok {
-			return Value{}, newErr(TypeError, "'%s' object cannot be interpreted as an integer", a[0].typeName())
+		if prec, err = a[0].needInt(); err != nil {
+			return Value{}, err
 		}
 	}
 	how := "common"

@@ -157,9 +157,9 @@ func strMethod(obj Value, name string) (Value, bool) {
 			}
 			maxsplit := -1
 			if set[1] {
-				n, ok := v[1].AsInt()
-				if !ok {
-					return Value{}, newErr(TypeError, "'%s' object cannot be interpreted as an integer", v[1].typeName())
+				n, err := v[1].needInt()
+				if err != nil {
+					return Value{}, err
 				}
 				maxsplit = int(n)
 			}
@@ -262,9 +262,9 @@ func strMethod(obj Value, name string) (Value, bool) {
 			}
 			n := -1
 			if set[2] {
-				c, ok := v[2].AsInt()
-				if !ok {
-					return Value{}, newErr(TypeError, "'%s' object cannot be interpreted as an integer", v[2].typeName())
+				c, err := v[2].needInt()
+				if err != nil {
+					return Value{}, err
 				}
 				n = int(c)
 			}
@@ -365,9 +365,9 @@ func strMethod(obj Value, name string) (Value, bool) {
 			if err != nil {
 				return Value{}, err
 			}
-			w, ok := v[0].AsInt()
-			if !ok || v[0].kind == FloatKind {
-				return Value{}, newErr(TypeError, "'%s' object cannot be interpreted as an integer", v[0].typeName())
+			w, err := v[0].needInt()
+			if err != nil {
+				return Value{}, err
 			}
 			if w > int64(r.lim.MaxOutputBytes) {
 				return Value{}, newErr(LimitError, "%s width too large", name)

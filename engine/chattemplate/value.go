@@ -186,6 +186,15 @@ func (v Value) AsInt() (int64, bool) {
 	return 0, false
 }
 
+// needInt is AsInt with Python's TypeError for any other value.
+func (v Value) needInt() (int64, error) {
+	n, ok := v.AsInt()
+	if !ok {
+		return 0, newErr(TypeError, "'%s' object cannot be interpreted as an integer", v.typeName())
+	}
+	return n, nil
+}
+
 // AsFloat returns the number of an int, bool or float value as a float64.
 func (v Value) AsFloat() (float64, bool) {
 	switch v.kind {
