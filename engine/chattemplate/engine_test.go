@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/npuserve/npuserve/engine/pyfmt"
 )
 
 func TestValueSize(t *testing.T) {
@@ -112,8 +114,8 @@ func TestPyFloatRepr(t *testing.T) {
 		{math.Inf(1), "inf"}, {math.NaN(), "nan"}, {2.0, "2.0"}, {1.7976931348623157e308, "1.7976931348623157e+308"},
 	}
 	for _, tc := range tests {
-		if got := pyFloatRepr(tc.f); got != tc.want {
-			t.Errorf("pyFloatRepr(%v) = %s, want %s", tc.f, got, tc.want)
+		if got := pyfmt.FloatRepr(tc.f); got != tc.want {
+			t.Errorf("pyfmt.FloatRepr(%v) = %s, want %s", tc.f, got, tc.want)
 		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/npuserve/npuserve/engine/pyfmt"
 )
 
 // maxJSONDepth bounds the nesting FromJSON accepts.
@@ -347,7 +349,7 @@ func jsonFloat(f float64) string {
 	case math.IsInf(f, -1):
 		return "-Infinity"
 	}
-	return pyFloatRepr(f)
+	return pyfmt.FloatRepr(f)
 }
 
 const hexDigits = "0123456789abcdef"

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+
+	"github.com/npuserve/npuserve/engine/pyfmt"
 )
 
 // Python methods of str, dict, list and tuple that templates call.
@@ -576,7 +578,7 @@ func pyFormatSpec(v Value, spec string) (string, error) {
 			if v.kind == FloatKind && prec >= 0 {
 				s = fixExponent(strconv.FormatFloat(f, 'g', prec, 64))
 			} else if v.kind == FloatKind {
-				s = pyFloatRepr(f)
+				s = pyfmt.FloatRepr(f)
 			} else {
 				s = strconv.FormatInt(v.i(), 10)
 			}

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/npuserve/npuserve/engine/pyfmt"
 )
 
 // Kind is the dynamic type of a [Value].
@@ -310,7 +312,7 @@ func (v Value) writeRepr(b *strings.Builder, quote bool) {
 	case IntKind:
 		b.WriteString(strconv.FormatInt(v.i(), 10))
 	case FloatKind:
-		b.WriteString(pyFloatRepr(v.f()))
+		b.WriteString(pyfmt.FloatRepr(v.f()))
 	case StringKind:
 		if quote {
 			pyQuote(b, v.str)
@@ -354,63 +356,6 @@ func (v Value) writeRepr(b *strings.Builder, quote bool) {
 	case ObjectKind:
 		b.WriteString(v.ref.(object).repr())
 	}
-}
-
-// pyFloatRepr is Python's repr(float).
-func pyFloatRepr(f float64) string {
-	switch {
-	case math.IsNaN(f):
-		return "nan"
-	case math.IsInf(f, 1):
-		return "inf"
-	case math.IsInf(f, -1):
-		return "-inf"
-	case f == 0:
-		if math.Signbit(f) {
-			return "-0.0"
-		}
-		return "0.0"
-	}
-	s := strconv.FormatFloat(f, 'e', -1, 64) // [-]d[.ddd]e±xx
-	neg := s[0] == '-'
-	if neg {
-		s = s[1:]
-	}
-	e := strings.IndexByte(s, 'e')
-	mant, exp := s[:e], s[e+1:]
-	digits := strings.Replace(mant, ".", "", 1)
-	x, _ := strconv.Atoi(exp)
-	decpt := x + 1
-	var out string
-	if decpt > -4 && decpt <= 16 {
-		switch {
-		case decpt <= 0:
-			out = "0." + strings.Repeat("0", -decpt) + digits
-		case decpt >= len(digits):
-			out = digits + strings.Repeat("0", decpt-len(digits)) + ".0"
-		default:
-			out = digits[:decpt] + "." + digits[decpt:]
-		}
-	} else {
-		out = digits[:1]
-		if len(digits) > 1 {
-			out += "." + digits[1:]
-		}
-		sign := "+"
-		if x < 0 {
-			sign = "-"
-			x = -x
-		}
-		es := strconv.Itoa(x)
-		if len(es) < 2 {
-			es = "0" + es
-		}
-		out += "e" + sign + es
-	}
-	if neg {
-		return "-" + out
-	}
-	return out
 }
 
 // pyQuote writes Python's repr of a str.

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/npuserve/npuserve/engine/pyfmt"
 )
 
 // vLLM builds tool-call arguments with Python: values are decoded with
@@ -77,7 +79,7 @@ func (v value) appendTo(dst []byte) []byte {
 	case kindInt:
 		return append(dst, v.num...)
 	case kindFloat:
-		return appendPyFloat(dst, v.f)
+		return pyfmt.AppendFloatRepr(dst, v.f)
 	case kindString:
 		return appendPyString(dst, v.s)
 	case kindArray:
@@ -152,65 +154,6 @@ func appendPyStringBody(dst []byte, s string) []byte {
 			dst = append(dst, s[i:i+n]...)
 		}
 		i += n
-	}
-	return dst
-}
-
-// appendPyFloat writes f as Python's float repr (which json.dumps uses):
-// shortest round-trip digits, fixed notation for 1e-4 <= |f| < 1e16 with
-// at least one fractional digit, otherwise d.ddde±XX.
-func appendPyFloat(dst []byte, f float64) []byte {
-	if f == 0 {
-		if math.Signbit(f) {
-			return append(dst, "-0.0"...)
-		}
-		return append(dst, "0.0"...)
-	}
-	e := strconv.FormatFloat(f, 'e', -1, 64) // [-]d[.ddd]e±XX
-	neg := e[0] == '-'
-	if neg {
-		e = e[1:]
-		dst = append(dst, '-')
-	}
-	mant, exps, _ := strings.Cut(e, "e")
-	digits := strings.Replace(mant, ".", "", 1)
-	exp, _ := strconv.Atoi(exps)
-	decpt := exp + 1
-	if decpt <= -4 || decpt > 16 {
-		dst = append(dst, digits[0])
-		if len(digits) > 1 {
-			dst = append(dst, '.')
-			dst = append(dst, digits[1:]...)
-		}
-		dst = append(dst, 'e')
-		if exp < 0 {
-			dst = append(dst, '-')
-			exp = -exp
-		} else {
-			dst = append(dst, '+')
-		}
-		if exp < 10 {
-			dst = append(dst, '0')
-		}
-		return strconv.AppendInt(dst, int64(exp), 10)
-	}
-	switch {
-	case decpt <= 0:
-		dst = append(dst, "0."...)
-		for i := 0; i < -decpt; i++ {
-			dst = append(dst, '0')
-		}
-		dst = append(dst, digits...)
-	case decpt < len(digits):
-		dst = append(dst, digits[:decpt]...)
-		dst = append(dst, '.')
-		dst = append(dst, digits[decpt:]...)
-	default:
-		dst = append(dst, digits...)
-		for i := len(digits); i < decpt; i++ {
-			dst = append(dst, '0')
-		}
-		dst = append(dst, ".0"...)
 	}
 	return dst
 }
@@ -640,7 +583,7 @@ func pyDictKey(k value) (string, bool) {
 	case kindInt:
 		return k.num, true
 	case kindFloat:
-		return string(appendPyFloat(nil, k.f)), true
+		return string(pyfmt.AppendFloatRepr(nil, k.f)), true
 	case kindBool:
 		if k.b {
 			return "true", true

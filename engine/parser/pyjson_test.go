@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"math"
 	"testing"
+
+	"github.com/npuserve/npuserve/engine/pyfmt"
 )
 
 // The expected strings are what CPython 3.12 prints for
@@ -35,7 +37,7 @@ func TestPyFloatRepr(t *testing.T) {
 		{100, "100.0"},
 	}
 	for _, c := range cases {
-		if got := string(appendPyFloat(nil, c.f)); got != c.want {
+		if got := string(pyfmt.AppendFloatRepr(nil, c.f)); got != c.want {
 			t.Errorf("repr(%v) = %q, want %q", c.f, got, c.want)
 		}
 	}
