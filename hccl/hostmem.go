@@ -16,7 +16,7 @@ import (
 // cpuBufferType is the dynamic type of the CPU backend's buffers: a tensor
 // whose buffer has another type lives on a device and cannot be moved by
 // the TCP transport.
-var cpuBufferType = reflect.TypeOf(cpu.New(1).Alloc(npu.F32, 1).Buffer())
+var cpuBufferType = reflect.TypeOf(npu.Must(cpu.New(1).Alloc(npu.F32, 1)).Buffer())
 
 // onHost reports whether t lives on the CPU backend.
 func onHost(t *npu.Tensor) bool {
@@ -54,14 +54,16 @@ func hostBytes(t *npu.Tensor) (hostBuf, error) {
 		return hostBuf{b: unsafe.Slice((*byte)(unsafe.Pointer(&u[0])), n), t: t}, nil
 	}
 	b := alignedBytes(n)
-	hostCopier.Download(b, t)
+	if err := hostCopier.Download(b, t); err != nil {
+		return hostBuf{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	return hostBuf{b: b, t: t, copied: true}, nil
 }
 
 // commit writes a copied view back into its tensor.
 func (h hostBuf) commit() {
 	if h.copied {
-		hostCopier.Upload(h.t, h.b)
+		_ = hostCopier.Upload(h.t, h.b) // same size by construction: cannot fail
 	}
 }
 

@@ -102,7 +102,7 @@ func runChild(role string) int {
 }
 
 func oneAllReduce(c hccl.Comm) error {
-	x := hostMem.Alloc(npu.F32, 1024)
+	x := npu.Must(hostMem.Alloc(npu.F32, 1024))
 	return c.AllReduce(x, hccl.Sum)
 }
 
@@ -396,7 +396,7 @@ func startBenchPair(b *testing.B) *benchPair {
 
 // command tells the child what to run next (through the communicator).
 func (p *benchPair) command(b *testing.B, op, bytes, iters int) {
-	cmd := hostMem.Alloc(npu.I32, 3)
+	cmd := npu.Must(hostMem.Alloc(npu.I32, 3))
 	v := cpu.I32(cmd)
 	v[0], v[1], v[2] = int32(op), int32(bytes), int32(iters)
 	if err := p.c.Broadcast(cmd, 0); err != nil {
@@ -413,7 +413,7 @@ func BenchmarkLoopback(b *testing.B) {
 	for _, sz := range sizes {
 		n := sz.n
 		b.Run("AllReduce/"+sz.label, func(b *testing.B) {
-			x := hostMem.Alloc(npu.F32, n/4)
+			x := npu.Must(hostMem.Alloc(npu.F32, n/4))
 			p.command(b, benchAllReduce, n, b.N)
 			b.SetBytes(int64(n))
 			b.ResetTimer()
@@ -425,8 +425,8 @@ func BenchmarkLoopback(b *testing.B) {
 			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 		})
 		b.Run("AllGather/"+sz.label, func(b *testing.B) {
-			out := hostMem.Alloc(npu.F32, n/4)
-			in := hostMem.Alloc(npu.F32, n/8)
+			out := npu.Must(hostMem.Alloc(npu.F32, n/4))
+			in := npu.Must(hostMem.Alloc(npu.F32, n/8))
 			p.command(b, benchAllGather, n, b.N)
 			b.SetBytes(int64(n))
 			b.ResetTimer()
@@ -465,7 +465,7 @@ func benchChild(c hccl.Comm) int {
 	}
 	defer s.Close()
 	for {
-		cmd := hostMem.Alloc(npu.I32, 3)
+		cmd := npu.Must(hostMem.Alloc(npu.I32, 3))
 		if err := c.Broadcast(cmd, 0); err != nil {
 			return 0 // the parent finished and closed
 		}
@@ -476,13 +476,13 @@ func benchChild(c hccl.Comm) int {
 		case benchExit:
 			return 0
 		case benchAllReduce:
-			x := hostMem.Alloc(npu.F32, n/4)
+			x := npu.Must(hostMem.Alloc(npu.F32, n/4))
 			for i := 0; i < iters && err == nil; i++ {
 				err = c.AllReduce(x, hccl.Sum)
 			}
 		case benchAllGather:
-			out := hostMem.Alloc(npu.F32, n/4)
-			in := hostMem.Alloc(npu.F32, n/8)
+			out := npu.Must(hostMem.Alloc(npu.F32, n/4))
+			in := npu.Must(hostMem.Alloc(npu.F32, n/8))
 			for i := 0; i < iters && err == nil; i++ {
 				err = c.AllGather(out, in)
 			}

@@ -98,7 +98,7 @@ func TestAutoAlgorithmMatchesBoth(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				x := hostMem.Alloc(npu.F32, n)
+				x := npu.Must(hostMem.Alloc(npu.F32, n))
 				f := cpu.F32(x)
 				for i := range f {
 					f[i] = float32(i%97)*0.1 + float32(r)*1e-3
@@ -408,7 +408,7 @@ func TestWrapAround(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			x := hostMem.Alloc(npu.I32, 2)
+			x := npu.Must(hostMem.Alloc(npu.I32, 2))
 			v := cpu.I32(x)
 			v[0], v[1] = 2147483000, -2147483000
 			if err := rk.Comm.AllReduce(x, hccl.Sum); err != nil {
@@ -443,7 +443,7 @@ func BenchmarkAlgorithms(b *testing.B) {
 					}
 					xs := make([]*npu.Tensor, size)
 					for r := range xs {
-						xs[r] = hostMem.Alloc(npu.F32, kib<<8)
+						xs[r] = npu.Must(hostMem.Alloc(npu.F32, kib<<8))
 					}
 					b.SetBytes(int64(kib) << 10)
 					b.ResetTimer()

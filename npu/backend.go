@@ -2,25 +2,42 @@ package npu
 
 // Backend is one device (one rank) with its memory and its stream of work.
 //
-// Execution model: every op is enqueued on the backend's stream in call order
-// and may run asynchronously; a backend may also run ops eagerly (the CPU
-// backend does). Results are visible to later ops on the same stream. The
-// host sees device data only through Download, which waits for all work
+// Execution model (the device contract; docs/architecture.md has the whole
+// page): every op is enqueued on the backend's one stream in call order and
+// may run after the call returns; a backend may also run ops eagerly (the
+// CPU backend does). Results are visible to later ops on the same stream.
+// The host sees device data only through Download, which waits for all work
 // enqueued before it: that is the explicit synchronisation point (sampled
-// ids, logits). Host slices passed in op arguments (SeqLayout) are read at
-// call time, so callers may reuse them afterwards.
+// ids, routing counts). Ops take tensors and scalars only, never host
+// slices: per-step host metadata reaches the device once, through Upload
+// (see SeqLayout). Upload copies its source before it returns, so callers
+// may reuse it at once; a scratch buffer may be reused by later ops
+// immediately because the stream orders them after its last use; Free
+// defers the release until the stream has passed every op enqueued before
+// it.
 //
-// Shape and dtype errors in op arguments are programming errors and panic;
-// bad input from outside is rejected before it reaches an op (loader,
-// server).
+// Errors: memory operations return errors (out of memory names the tensor
+// and the bytes asked for; see AllocError). A failure inside an
+// asynchronous op (an argument error too, on a backend that checks on the
+// stream) surfaces at the next Sync, Download or RunOnStream, which
+// reports it once and clears it, so the engine can fail that step and go
+// on; ops enqueued between the failure and its report may be skipped
+// (their outputs are undefined), memory management still happens. Shape and dtype
+// errors in op arguments are programming errors and panic; bad input from
+// outside is rejected before it reaches an op (loader, server), and the
+// engine recovers such a panic into the failure of one step.
+//
+// A Backend is driven by one goroutine at a time (the engine's device
+// loop); it is not safe for concurrent use unless it says so.
 type Backend interface {
 	Memory
 	Ops
-	// Name identifies the backend ("cpu", "ascend").
+	// Name identifies the backend ("cpu", "cpu-async", "cuda", "ascend").
 	Name() string
 	// Info describes the device (memory size for cache budgeting).
 	Info() DeviceInfo
-	// Sync waits until all enqueued work has finished.
+	// Sync waits until all enqueued work has finished and returns the
+	// first failure of that work, if any.
 	Sync() error
 }
 
@@ -29,55 +46,85 @@ type DeviceInfo struct {
 	Name        string // human-readable device name
 	MemoryBytes int64  // total device memory (host RAM on the CPU backend)
 	FreeBytes   int64  // memory available to this process now
+	// Accelerator is true for a device with its own memory (not the host
+	// CPU): caches default to bf16 there (see config.CacheDType).
+	Accelerator bool
 }
 
 // Memory allocates device tensors and moves bytes between host and device.
 type Memory interface {
-	// Alloc returns a zero-filled tensor.
-	Alloc(dt DType, shape ...int) *Tensor
+	// Alloc returns a zero-filled tensor, or an *AllocError (wrapping
+	// ErrOutOfMemory when the device is full).
+	Alloc(dt DType, shape ...int) (*Tensor, error)
 	// FromHost makes a tensor holding data (little-endian elements of dt).
 	// The CPU backend may alias data instead of copying, so the caller must
 	// keep data alive and unchanged for the tensor's lifetime (weights from a
 	// memory-mapped checkpoint).
-	FromHost(dt DType, data []byte, shape ...int) *Tensor
-	// Upload copies host bytes into dst (same byte size). src may be reused
-	// as soon as Upload returns.
-	Upload(dst *Tensor, src []byte)
+	FromHost(dt DType, data []byte, shape ...int) (*Tensor, error)
+	// Upload enqueues a copy of host bytes into dst (same byte size). src
+	// is copied before Upload returns: the caller may overwrite or drop it
+	// at once but must not read it afterwards (the checking cpu-async
+	// backend scribbles it; keep a copy to compare against).
+	Upload(dst *Tensor, src []byte) error
 	// Download waits for pending work and copies src's bytes to dst: the
-	// synchronisation point between device and host.
-	Download(dst []byte, src *Tensor)
-	// Free releases a tensor allocated by Alloc or FromHost. Views must not
-	// be freed.
+	// synchronisation point between device and host. It returns the first
+	// failure of the work it waited for.
+	Download(dst []byte, src *Tensor) error
+	// Free releases a tensor allocated by Alloc or FromHost once the work
+	// enqueued before it has finished. Views must not be freed.
 	Free(t *Tensor)
 }
 
-// SeqLayout says how the rows of a flattened batch split into sequences and
-// where each sequence's cached state lives. It is host metadata, read when
-// an op is enqueued.
-type SeqLayout struct {
-	// QueryStart has len B+1: rows [QueryStart[b], QueryStart[b+1]) of the
-	// batch belong to sequence b.
-	QueryStart []int
-	// Pos[b] is the absolute position of sequence b's first row in this batch
-	// (the number of its tokens already in the cache).
-	Pos []int
-	// StateSlot[b] is the slot of sequence b's fixed-size state (KDA conv and
-	// recurrent state) in the per-layer state tensors.
-	StateSlot []int
-	// TokenSlots[b][p] is the row of position p of sequence b in per-token
-	// cache tensors (MLA latents, indexer keys), for every position up to and
-	// including this batch's last row. Paged caches give block*blockSize+off.
-	TokenSlots [][]int32
-	// PoolSlots[b][i] is the row of complete pool i of sequence b in the
-	// pooled indexer-key tensor, for every pool complete after this batch.
-	PoolSlots [][]int32
+// StreamRunner is implemented by backends whose stream runs on a goroutine
+// of their own while their memory is host memory (the checking cpu-async
+// backend): host-memory transports (hccl's TCP transport) must touch
+// tensors on that stream, after the ops enqueued before them.
+type StreamRunner interface {
+	// RunOnStream runs fn on the stream once all work enqueued before it
+	// has finished and waits for it, returning fn's error (or the stream's
+	// earlier failure, in which case fn does not run). fn must not wait on
+	// its own backend (Sync, Download, RunOnStream): it runs on the stream.
+	RunOnStream(fn func() error) error
 }
 
-// NumSeqs is the number of sequences in the layout.
-func (s *SeqLayout) NumSeqs() int { return len(s.QueryStart) - 1 }
+// RunOnStream runs fn on be's stream when be has one of its own
+// (StreamRunner), else directly: the way collectives over host memory are
+// ordered against a backend's ops.
+func RunOnStream(be Backend, fn func() error) error {
+	if r, ok := be.(StreamRunner); ok {
+		return r.RunOnStream(fn)
+	}
+	return fn()
+}
 
-// Rows is the number of rows (tokens) in the batch.
-func (s *SeqLayout) Rows() int { return s.QueryStart[len(s.QueryStart)-1] }
+// SeqLayout is the batch description the attention-like ops take: how the
+// rows of a flattened batch split into sequences and where each sequence's
+// cached state lives. It is the form vLLM's paged attention backends take
+// (query start offsets, cached lengths, block tables); the per-token cache
+// rows of the new tokens (the slot mapping) are used by the model's
+// Scatter calls, not by the ops. Its tensors are uploaded once per step
+// (see BatchLayout.Upload); only the sizes here are host values.
+type SeqLayout struct {
+	// NumSeqs sequences contribute NumRows rows; MaxBlocks is the width of
+	// BlockTable; BlockSize the tokens per cache block.
+	NumSeqs, NumRows, MaxBlocks, BlockSize int
+	// QueryStart I32 [B+1]: rows [QueryStart[b], QueryStart[b+1]) of the
+	// batch belong to sequence b.
+	QueryStart *Tensor
+	// Pos I32 [B]: the absolute position of sequence b's first row (the
+	// number of its tokens already in the cache).
+	Pos *Tensor
+	// StateSlot I32 [B]: the slot of sequence b's fixed-size state (KDA
+	// conv and recurrent state) in the per-layer state tensors.
+	StateSlot *Tensor
+	// BlockTable I32 [B, MaxBlocks]: the cache blocks of sequence b in
+	// order, covering every position up to its last row (-1 beyond).
+	// Position p lives in per-token cache row
+	// BlockTable[b][p/BlockSize]*BlockSize + p%BlockSize; complete pool i
+	// (kp tokens) in pooled row
+	// BlockTable[b][i*kp/BlockSize]*(BlockSize/kp) + (i*kp%BlockSize)/kp.
+	BlockTable *Tensor
+}
 
 // HCParams are the mHC (manifold-constrained hyper-connection) constants.
 type HCParams struct {
@@ -216,11 +263,11 @@ type Ops interface {
 	// the TopKPools best (ties to the lower pool), expand each to its KPool
 	// positions and, with Tail, append the positions of the query's
 	// incomplete pool. q [T, Hi*d], w [T, Hi] (already scaled by Hi^-0.5),
-	// pooled [poolSlots, d] addressed through seqs.PoolSlots; out I32
+	// pooled [poolSlots, d] addressed through seqs.BlockTable; out I32
 	// [T, width] of sequence positions, unused entries -1.
 	DSAIndex(out, q, w, pooled *Tensor, seqs *SeqLayout, p IndexParams)
 	// SparseMLA is NoPE multi-head latent attention over selected positions:
-	// q [T, H*Dk], latents [tokenSlots, R] addressed through seqs.TokenSlots,
+	// q [T, H*Dk], latents [tokenSlots, R] addressed through seqs.BlockTable,
 	// kvB [H*(Dk+Dv), R] (per head Dk key rows then Dv value rows), sel I32
 	// [T, width] from DSAIndex (-1 = unused); out [T, H*Dv] with softmax
 	// scale `scale`. A row with no selected position (DSAIndex without tail

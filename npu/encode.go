@@ -68,30 +68,51 @@ func EncodeInt32s(v []int32) []byte {
 }
 
 // DownloadF32 copies an F32 tensor to the host: a synchronisation point.
-func DownloadF32(m Memory, t *Tensor) []float32 {
+func DownloadF32(m Memory, t *Tensor) ([]float32, error) {
 	if t.DType() != F32 {
 		panic(fmt.Sprintf("npu: DownloadF32 of %v", t))
 	}
 	b := make([]byte, t.Bytes())
 	if len(b) > 0 {
-		m.Download(b, t)
+		if err := m.Download(b, t); err != nil {
+			return nil, err
+		}
 	}
-	f, _ := DecodeFloats(b, F32)
-	return f
+	return DecodeFloats(b, F32)
 }
 
 // DownloadI32 copies an I32 tensor to the host: a synchronisation point.
-func DownloadI32(m Memory, t *Tensor) []int32 {
+func DownloadI32(m Memory, t *Tensor) ([]int32, error) {
 	if t.DType() != I32 {
 		panic(fmt.Sprintf("npu: DownloadI32 of %v", t))
 	}
 	b := make([]byte, t.Bytes())
 	if len(b) > 0 {
-		m.Download(b, t)
+		if err := m.Download(b, t); err != nil {
+			return nil, err
+		}
 	}
 	out := make([]int32, t.Numel())
 	for i := range out {
 		out[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
 	}
-	return out
+	return out, nil
+}
+
+// MustF32 is DownloadF32 that panics on failure, for tests.
+func MustF32(m Memory, t *Tensor) []float32 {
+	f, err := DownloadF32(m, t)
+	if err != nil {
+		panic(err)
+	}
+	return f
+}
+
+// MustI32 is DownloadI32 that panics on failure, for tests.
+func MustI32(m Memory, t *Tensor) []int32 {
+	v, err := DownloadI32(m, t)
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/npuserve/npuserve/engine/config"
 	"github.com/npuserve/npuserve/engine/kvcache"
 	"github.com/npuserve/npuserve/engine/model/glm5next"
-	"github.com/npuserve/npuserve/npu/cpu"
 	"github.com/urfave/cli/v2"
 )
 
@@ -34,6 +33,7 @@ func benchCommand() *cli.Command {
 					&cli.IntFlag{Name: "steps", Value: 16, Usage: "timed decode steps"},
 					&cli.StringFlag{Name: "dtype", Value: "bfloat16", Usage: "weight dtype: float32 or bfloat16"},
 					&cli.IntFlag{Name: "threads", Value: 0, Usage: "CPU threads (0 = all)"},
+					deviceFlag(),
 				},
 				Action: runBenchDecode,
 			},
@@ -85,9 +85,15 @@ func runBenchDecode(c *cli.Context) error {
 	if dt != "float32" && dt != "bfloat16" {
 		return usageError("--dtype: want float32 or bfloat16, got %q", dt)
 	}
-	be := cpu.New(c.Int("threads"))
-	m := glm5next.NewRandom(be, cfg, dt, 1)
-	bw := copyBandwidth(be.Threads())
+	be, err := openDeviceFlag(c)
+	if err != nil {
+		return err
+	}
+	m, err := glm5next.NewRandomParallel(be, cfg, dt, 1, nil)
+	if err != nil {
+		return runError("%v", err)
+	}
+	bw := copyBandwidth(max(backendThreads(be), 1))
 	pc := cfg.ParamCount()
 	wsize := int64(2)
 	if dt == "float32" {
@@ -121,7 +127,7 @@ func runBenchDecode(c *cli.Context) error {
 		res.FloorTokensPS = bw / float64(res.WeightBytes+res.CacheBytes) * float64(B)
 		res.FractionFloor = res.TokensPerS / res.FloorTokensPS
 		res.Params, res.ActiveParams = pc.Total, pc.Active
-		res.Threads = be.Threads()
+		res.Threads = backendThreads(be)
 		res.ExpertsTouched = touched
 		b, _ := json.Marshal(res)
 		fmt.Println(string(b))
@@ -157,7 +163,10 @@ func benchDecodeOnce(m *glm5next.Model, B, ctxLen, steps int) (decodeResult, err
 		if err := mgr.Append(seqs[i], ctxLen); err != nil {
 			return decodeResult{}, err
 		}
-		lg := m.Forward(cache, &glm5next.Batch{Tokens: toks, Layout: mgr.Layout(seqs[i:i+1], []int{ctxLen})})
+		lg, err := m.Forward(cache, &glm5next.Batch{Tokens: toks, Layout: mgr.Layout(seqs[i:i+1], []int{ctxLen})})
+		if err != nil {
+			return decodeResult{}, err
+		}
 		be.Free(lg)
 	}
 	rows := make([]int, B)
@@ -172,10 +181,16 @@ func benchDecodeOnce(m *glm5next.Model, B, ctxLen, steps int) (decodeResult, err
 			}
 		}
 		t0 := time.Now()
-		lg := m.Forward(cache, &glm5next.Batch{Tokens: toks, Layout: mgr.Layout(seqs, rows)})
+		lg, err := m.Forward(cache, &glm5next.Batch{Tokens: toks, Layout: mgr.Layout(seqs, rows)})
+		if err != nil {
+			return decodeResult{}, err
+		}
 		host := make([]byte, lg.Bytes())
-		be.Download(host, lg) // the per-step sync point, as in serving
+		err = be.Download(host, lg) // the per-step sync point, as in serving
 		be.Free(lg)
+		if err != nil {
+			return decodeResult{}, err
+		}
 		if s > 0 { // step 0 warms up
 			elapsed += time.Since(t0)
 		}

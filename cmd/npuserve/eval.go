@@ -6,7 +6,6 @@ import (
 
 	"github.com/npuserve/npuserve/engine/config"
 	"github.com/npuserve/npuserve/engine/model/glm5next"
-	"github.com/npuserve/npuserve/npu/cpu"
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 )
@@ -25,6 +24,7 @@ func evalCommand() *cli.Command {
 			&cli.StringFlag{Name: "dtype", Value: "auto", Usage: "float weight dtype of both models: auto, float32 or bfloat16"},
 			quantizationFlag("--model (the reference's is detected)"),
 			&cli.IntFlag{Name: "threads", Value: 0, Usage: "CPU threads (0 = all)"},
+			deviceFlag(),
 		},
 		Action: runEval,
 	}
@@ -44,7 +44,10 @@ func runEval(c *cli.Context) error {
 	if err != nil {
 		return usageError("eval: %v", err)
 	}
-	be := cpu.New(c.Int("threads"))
+	be, err := openDeviceFlag(c)
+	if err != nil {
+		return err
+	}
 	opt := glm5next.LoadOptions{DType: c.String("dtype"), Log: logrus.Debugf}
 	mopt := opt
 	mopt.Quantization = quantization

@@ -13,7 +13,6 @@ import (
 	"github.com/npuserve/npuserve/engine/model/glm5next"
 	"github.com/npuserve/npuserve/engine/sampling"
 	"github.com/npuserve/npuserve/engine/tokenizer"
-	"github.com/npuserve/npuserve/npu/cpu"
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 )
@@ -35,6 +34,7 @@ func generateCommand() *cli.Command {
 			quantizationFlag("the model"),
 			&cli.IntFlag{Name: "chunk-size", Value: 512, Usage: "prompt tokens per prefill step (chunked prefill)"},
 			&cli.IntFlag{Name: "threads", Value: 0, Usage: "CPU threads (0 = all)"},
+			deviceFlag(),
 		},
 		Action: runGenerate,
 	}
@@ -93,7 +93,10 @@ func runGenerate(c *cli.Context) error {
 	if err != nil {
 		return usageError("generate: %v", err)
 	}
-	be := cpu.New(c.Int("threads"))
+	be, err := openDeviceFlag(c)
+	if err != nil {
+		return err
+	}
 	opt := glm5next.LoadOptions{DType: c.String("dtype"), Quantization: quantization, Log: logrus.Infof}
 	if isatty.IsTerminal(os.Stderr.Fd()) {
 		opt.Progress = os.Stderr

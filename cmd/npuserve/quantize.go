@@ -12,7 +12,6 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/npuserve/npuserve/engine/model/glm5next"
 	"github.com/npuserve/npuserve/engine/tokenizer"
-	"github.com/npuserve/npuserve/npu/cpu"
 	"github.com/npuserve/npuserve/quant"
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
@@ -36,6 +35,7 @@ func quantizeCommand() *cli.Command {
 			&cli.BoolFlag{Name: "all-linears", Usage: "also quantize lm_head, the KDA gate projections and the indexer weights_proj"},
 			&cli.StringFlag{Name: "mx-scale-alg", Value: "mse", Usage: "MXFP8 weight scales: mse (per block the better of ocp and roundup), ocp or roundup"},
 			&cli.IntFlag{Name: "threads", Value: 0, Usage: "CPU threads for calibration (0 = all)"},
+			deviceFlag(),
 		},
 		Action: runQuantize,
 	}
@@ -71,7 +71,9 @@ func runQuantize(c *cli.Context) error {
 			return usageError("--calib-prompts: %v", err)
 		}
 		opt.Calibration = seqs
-		opt.Backend = cpu.New(c.Int("threads"))
+		if opt.Backend, err = openDeviceFlag(c); err != nil {
+			return err
+		}
 	} else if s == quant.W8A8 {
 		return usageError("--scheme w8a8 (static) needs --calib-prompts to calibrate the activation ranges")
 	}

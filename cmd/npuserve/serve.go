@@ -22,7 +22,6 @@ import (
 	"github.com/npuserve/npuserve/engine/sampling"
 	"github.com/npuserve/npuserve/engine/server"
 	"github.com/npuserve/npuserve/engine/tokenizer"
-	"github.com/npuserve/npuserve/npu/cpu"
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 )
@@ -52,6 +51,14 @@ func runServe(c *cli.Context) error {
 	args, err := config.FromCLI(c)
 	if err != nil {
 		return usageError("serve: %v", err)
+	}
+	if args.Device == "auto" {
+		// Resolve auto first: the plan depends on the backend.
+		be, err := openDevice("auto", args.Threads)
+		if err != nil {
+			return runError("serve: %v", err)
+		}
+		args.Device = be.Name()
 	}
 	// This build has only the cpu backend: an Ascend weight format that
 	// merely implied the Ascend backend runs there (--dry-run still plans
@@ -95,14 +102,14 @@ func runServe(c *cli.Context) error {
 	if err := checkSingleRank(args); err != nil {
 		return usageError("serve: %v", err)
 	}
-	if plan.Device.Backend != "cpu" {
-		return usageError("serve: --device %s: this build has only the cpu backend (the Ascend backend is not implemented yet)", plan.Device.Backend)
+	be, err := openDevice(plan.Device.Backend, args.Threads)
+	if err != nil {
+		return runError("serve: %v", err)
 	}
 	for _, x := range args.WithoutEffect(plan.Device.Backend) {
 		logrus.Warnf("%s is accepted without effect: %s", x.Flag, x.Reason)
 	}
 
-	be := cpu.New(args.Threads)
 	dtype, err := cpuDType(args.Dtype)
 	if err != nil {
 		return usageError("--dtype: %v", err)
@@ -110,7 +117,9 @@ func runServe(c *cli.Context) error {
 	t0 := time.Now()
 	var model *glm5next.Model
 	if args.LoadFormat == "dummy" {
-		model = glm5next.NewRandom(be, modelCfg, dtype, args.Seed)
+		if model, err = glm5next.NewRandomParallel(be, modelCfg, dtype, args.Seed, nil); err != nil {
+			return runError("--load-format dummy: %v", err)
+		}
 		logrus.Infof("Built %s with random weights (--load-format dummy) in %.2f s", dir, time.Since(t0).Seconds())
 	} else {
 		opt := glm5next.LoadOptions{DType: dtype, Quantization: config.LoaderQuantization(args.Quantization), Log: logrus.Infof}

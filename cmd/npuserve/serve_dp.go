@@ -72,6 +72,7 @@ func rankSpec(args *config.EngineArgs, dir string, mc *config.ModelConfig, gen *
 	spec := dp.RankSpec{
 		Topology: worker.Topology{DP: args.DataParallelSize, TP: args.TensorParallelSize, EP: args.EnableExpertParallel},
 		Threads:  threads,
+		Device:   plan.Device.Backend,
 		Engine: core.Options{MaxNumSeqs: plan.Scheduler.MaxNumSeqs, MaxNumBatchedTokens: plan.Scheduler.MaxNumBatchedTokens,
 			MaxModelLen: plan.Scheduler.MaxModelLen, BlockSize: plan.Scheduler.BlockSize, CacheBytes: cacheBytes,
 			EOSTokenIDs: eosIDs(nil, gen, mc), Logf: logrus.Errorf},
@@ -94,8 +95,8 @@ func rankSpec(args *config.EngineArgs, dir string, mc *config.ModelConfig, gen *
 // command re-executed with dp.RankEnv set), which takes the same path up
 // to here and then runs dp.RunRank.
 func runServeParallel(args *config.EngineArgs, dir string, mc *config.ModelConfig, gen *config.GenerationConfig, plan *config.Plan) error {
-	if plan.Device.Backend != "cpu" {
-		return usageError("serve: --device %s: this build has only the cpu backend (the Ascend backend is not implemented yet)", plan.Device.Backend)
+	if _, err := openDevice(plan.Device.Backend, 1); err != nil { // fail fast, before any rank starts
+		return runError("serve: %v", err)
 	}
 	local := args.DataParallelSizeLocal
 	if local < 0 {

@@ -7,12 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/npuserve/npuserve/npu/nputest"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,7 +79,7 @@ func startServe(t testing.TB, extra ...string) *served {
 func startServeDir(t testing.TB, dir string, extra ...string) *served {
 	t.Helper()
 	port := freePort(t)
-	args := append([]string{"serve", dir, "--host", "127.0.0.1", "--port", port}, extra...)
+	args := append([]string{"serve", dir, "--host", "127.0.0.1", "--port", port}, withTestDevice(extra)...)
 	s := &served{cmd: exec.Command(binPath, args...), url: "http://127.0.0.1:" + port, log: &syncBuffer{}, done: make(chan error, 1)}
 	s.cmd.Stderr = s.log
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -728,7 +730,7 @@ func TestServeQuantized(t *testing.T) {
 		{"implied device, another type", dir, []string{"--quantization", "mxfp8"},
 			[]string{"--quantization mxfp8: ", "model_quant_type W8A8_DYNAMIC", "wants W8A8_MXFP8"}},
 		{"explicit --device ascend", dir, []string{"--device", "ascend", "--quantization", "ascend"},
-			[]string{"--device ascend: this build has only the cpu backend"}},
+			[]string{"--device ascend: device ascend: libascendcl.so not found", "/usr/local/Ascend/cann/lib64"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, code := run(t, append([]string{"serve", tc.dir, "--port", freePort(t)}, tc.args...)...)
@@ -899,4 +901,15 @@ func TestBenchServe(t *testing.T) {
 		t.Errorf("completed %v output tokens %v", r["completed"], r["total_output_tokens"])
 	}
 	waitIdle(t, s)
+}
+
+// withTestDevice adds --device $NPUSERVE_TEST_DEVICE (npu/nputest) to a
+// serve command's flags unless they choose a device, so that the serving
+// tests also run on the checking cpu-async backend. A --quantization
+// without --device is left alone: those tests check the device it implies.
+func withTestDevice(flags []string) []string {
+	if d := nputest.Device(); d != "cpu" && !slices.Contains(flags, "--device") && !slices.Contains(flags, "--quantization") {
+		return append(flags[:len(flags):len(flags)], "--device", d)
+	}
+	return flags
 }

@@ -95,7 +95,7 @@ type EngineArgs struct {
 	DryRun           bool   // --dry-run: print the resolved Plan and exit
 	DeviceMemory     int64  // --device-memory in bytes (0 = unknown)
 	DeviceMemoryName string // the preset --device-memory named, if any
-	Device           string // --device: cpu | ascend (default: ascend for an Ascend preset or weight format, else cpu)
+	Device           string // --device: auto | cpu | cpu-async | cuda | ascend (default: ascend for an Ascend preset or weight format, else cpu)
 	Threads          int    // --threads: CPU backend threads (0 = all cores)
 
 	// given maps each flag that was set to where: "flag" or
@@ -192,7 +192,7 @@ var (
 	loadFormatChoices   = []string{"auto", "safetensors", "dummy"}
 	loadStrategyChoices = []string{"lazy", "eager", "prefetch", "torchao"}
 	parserChoices       = []string{"glm45", "glm47"}
-	deviceChoices       = []string{"cpu", "ascend"}
+	deviceChoices       = []string{"auto", "cpu", "cpu-async", "cuda", "ascend"}
 	contentFormats      = []string{"auto", "string", "openai"}
 	uvicornLevels       = []string{"critical", "error", "warning", "info", "debug", "trace"}
 )
@@ -390,7 +390,7 @@ var flagTable = []flagSpec{
 			a.DeviceMemory, a.DeviceMemoryName = n, name
 			return nil
 		}},
-	{name: "device", kind: kindString, usage: "backend: cpu or ascend (default: ascend with an Ascend --device-memory preset or weight format, else cpu)",
+	{name: "device", kind: kindString, usage: "backend: auto (the first accelerator whose runtime loads, else cpu), cpu, cpu-async (the checking asynchronous cpu backend), cuda or ascend (default: ascend with an Ascend --device-memory preset or weight format, else cpu)",
 		set: func(a *EngineArgs, v string) error { return choice(&a.Device, v, deviceChoices) }},
 	{name: "threads", kind: kindString, usage: "CPU backend threads (0: all cores)", defText: "0",
 		set: func(a *EngineArgs, v string) error { return intIn(&a.Threads, v, 0, 1<<16) }},
@@ -711,7 +711,7 @@ func (a *EngineArgs) validate() error {
 		if ascendPreset || a.ascendQuant() {
 			a.Device = "ascend"
 		}
-	} else if a.Device == "cpu" && ascendPreset {
+	} else if HostBackend(a.Device) && ascendPreset {
 		return fmt.Errorf("--device-memory: %s is an Ascend device but --device is cpu (give a byte size for the cpu)", a.DeviceMemoryName)
 	}
 	return nil
@@ -813,7 +813,7 @@ func (a *EngineArgs) WithoutEffect(backend string) []Ignored {
 	if a.Given("uvicorn-log-level") {
 		add("uvicorn-log-level", "use npuserve's --log-level")
 	}
-	if backend != "cpu" && a.Given("threads") {
+	if !HostBackend(backend) && a.Given("threads") {
 		add("threads", "only the cpu backend uses --threads")
 	}
 	out = append(out, a.ignoredSettings...)
@@ -832,9 +832,14 @@ func (a *EngineArgs) AcceptedWithoutEffect(backend string) []string {
 	return out
 }
 
+// HostBackend reports whether backend computes on the host CPU (the cpu
+// reference backend and its checking asynchronous twin, cpu-async): such
+// backends compute and cache in float32 and use --threads.
+func HostBackend(backend string) bool { return backend == "cpu" || backend == "cpu-async" }
+
 // cacheDtypeName is the dtype the cache uses on a backend.
 func cacheDtypeName(backend string) string {
-	if backend == "cpu" {
+	if HostBackend(backend) {
 		return "float32"
 	}
 	return "bfloat16"

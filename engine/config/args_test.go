@@ -447,7 +447,7 @@ func TestArgValidationErrors(t *testing.T) {
 		{[]string{"m", "--kv-cache-dtype", "int4"}, `--kv-cache-dtype: must be one of auto`},
 		{[]string{"m", "--load-format", "gguf"}, `--load-format: must be one of auto, safetensors, dummy; got "gguf"`},
 		{[]string{"m", "--reasoning-parser", "deepseek_r1"}, `--reasoning-parser: must be one of glm45, glm47; got "deepseek_r1"`},
-		{[]string{"m", "--device", "cuda"}, `--device: must be one of cpu, ascend; got "cuda"`},
+		{[]string{"m", "--device", "tpu"}, `--device: must be one of auto, cpu, cpu-async, cuda, ascend; got "tpu"`},
 		{[]string{"m", "--device-memory", "lots"}, `--device-memory: want a byte size`},
 		{[]string{"m", "--served-model-name"}, "--served-model-name: expected at least one value"},
 		{[]string{"m", "--port"}, "--port: expected a value"},

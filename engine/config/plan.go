@@ -365,7 +365,7 @@ func (pl *planner) resolveDevice(p *Plan) error {
 		d.MemorySource = "unknown (pass --device-memory)"
 	}
 	cfgDtype := pl.c.Dtype
-	if d.Backend == "cpu" {
+	if HostBackend(d.Backend) {
 		// The CPU backend computes and caches in F32.
 		d.ActivationDtype, d.ActivationDtypeSrc = fmtF32, "the cpu backend computes in float32"
 		pl.actBytes, pl.cacheBytes, pl.otherBytes = 4, 4, 4
@@ -412,7 +412,7 @@ func (pl *planner) resolveWeights(p *Plan) error {
 	}
 	w.CheckpointFormat, w.FormatSource = format, source
 	w.DeviceFormat = format
-	if p.Device.Backend == "cpu" {
+	if HostBackend(p.Device.Backend) {
 		// The CPU loader keeps matrices in --dtype (auto: as stored, FP8
 		// dequantised to BF16) and everything else in F32; the quantized
 		// linears of an msmodelslim checkpoint stay int8 / float8 and run
@@ -509,7 +509,7 @@ func (pl *planner) checkpointFormat() (format, source string, err error) {
 	if qerr != nil {
 		return "", "", qerr
 	}
-	if pl.backend == "cpu" {
+	if HostBackend(pl.backend) {
 		// The cpu loader reads an msmodelslim checkpoint whenever the
 		// description is there (--quantization ascend or none), and the
 		// Ascend weight formats only from one.
@@ -812,7 +812,7 @@ func (pl *planner) expertsOf(e int) (first, n int) {
 
 // tensorBytes is the memory of count tensors of rows×cols on a rank.
 func (pl *planner) tensorBytes(g tensorGroup, count, rows, cols int64) int64 {
-	if !g.quant || (pl.backend == "cpu" && !isModelslimFormat(pl.fmt)) {
+	if !g.quant || (HostBackend(pl.backend) && !isModelslimFormat(pl.fmt)) {
 		elem := pl.otherBytes
 		if g.matrix {
 			elem = pl.matrixBytes
@@ -826,7 +826,7 @@ func (pl *planner) tensorBytes(g tensorGroup, count, rows, cols int64) int64 {
 		switch {
 		case g.experts > 0: // routed experts are W8A8_DYNAMIC
 			per = w + rows*4
-		case pl.backend == "cpu": // deq_scale (fp32) + quant_bias (int32)
+		case HostBackend(pl.backend): // deq_scale (fp32) + quant_bias (int32)
 			per = w + rows*(4+4)
 		default:
 			per = w + rows*(2+2+4+4) + 3
@@ -1245,7 +1245,7 @@ func (pl *planner) memory(p *Plan) error {
 	m.Reserve.LogitsBytes = int64(s.MaxNumSeqs) * int64(c.VocabSize) * 4
 	basis := fmt.Sprintf("activations: max_num_batched_tokens (%d) × %d values × %d B (mHC streams in/out, 4 hidden-size buffers, widest layer intermediates); logits: max_num_seqs (%d) × vocab (%d) × 4 B",
 		s.MaxNumBatchedTokens, perToken, pl.actBytes, s.MaxNumSeqs, c.VocabSize)
-	if p.Device.Backend != "cpu" {
+	if !HostBackend(p.Device.Backend) {
 		groups := int64(0)
 		if pl.tp > 1 {
 			groups++

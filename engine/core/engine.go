@@ -22,7 +22,7 @@ type Model interface {
 	Config() *config.ModelConfig
 	Backend() npu.Backend
 	NewCache(numBlocks, blockSize, stateSlots int) (*glm5next.Cache, error)
-	Forward(c *glm5next.Cache, b *glm5next.Batch) *npu.Tensor
+	Forward(c *glm5next.Cache, b *glm5next.Batch) (*npu.Tensor, error)
 	BytesPerToken() int64
 	BytesPerSequenceState() int64
 }
@@ -456,32 +456,38 @@ func (e *Engine) admit(rs *reqState) {
 	}
 }
 
-// safeStep runs one step. A panic or error inside it fails the step's
-// requests and the engine goes on; it returns an error only when even
-// that failed.
+// safeStep runs one step. A failure inside it (an error from the model,
+// or a panic anywhere on this goroutine) fails the step's requests and the
+// engine goes on; it returns an error only when even that failed, or when
+// the model runs collectives (other ranks' collective sequences may now
+// differ from this rank's: stop rather than go on).
 func (e *Engine) safeStep() (fatal error) {
-	defer func() {
-		p := recover()
-		if p == nil {
-			return
+	var err error
+	var stack []byte
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("engine: step failed: %v", p)
+				if perr, ok := p.(error); ok {
+					err = fmt.Errorf("engine: step failed: %w", perr)
+				}
+				stack = debug.Stack()
+			}
+		}()
+		if _, serr := e.step(); serr != nil {
+			err = fmt.Errorf("engine: step failed: %w", serr)
 		}
-		err := fmt.Errorf("engine: step failed: %v", p)
-		if perr, ok := p.(error); ok {
-			err = fmt.Errorf("engine: step failed: %w", perr)
-		}
-		if collective(e.model) {
-			// Other ranks' collective sequences may now differ from
-			// this rank's: stop rather than go on.
-			fatal = err
-			return
-		}
-		if e.opt.Logf != nil {
-			e.opt.Logf("%v; failing the step's %d requests\n%s", err, len(e.cur), debug.Stack())
-		}
-		fatal = e.failStep(err)
 	}()
-	e.step()
-	return nil
+	if err == nil {
+		return nil
+	}
+	if collective(e.model) {
+		return err
+	}
+	if e.opt.Logf != nil {
+		e.opt.Logf("%v; failing the step's %d requests\n%s", err, len(e.cur), stack)
+	}
+	return e.failStep(err)
 }
 
 // failStep finishes the current step's live requests with err. A failure
@@ -540,8 +546,8 @@ func (e *Engine) failAll(reason string, err error) {
 }
 
 // step schedules, runs and samples one batch. It reports whether it ran
-// a forward (a step that only preempts does not).
-func (e *Engine) step() bool {
+// a forward (a step that only preempts does not), and the model's failure.
+func (e *Engine) step() (bool, error) {
 	start := time.Now()
 	st := e.sched.Schedule()
 	ss := StepStats{Start: start, NumSeqs: len(st.Seqs), NumTokens: st.NumTokens, NumDecodes: st.NumDecodes, NumPreempted: len(st.Preempted)}
@@ -564,7 +570,7 @@ func (e *Engine) step() bool {
 			}
 			panic("scheduler made no progress")
 		}
-		return false
+		return false, nil
 	}
 
 	// Batch: sequences back to back, logits for those that sample.
@@ -585,7 +591,10 @@ func (e *Engine) step() bool {
 	batch := &glm5next.Batch{Tokens: e.tokens, Layout: e.kv.Layout(e.seqs, e.rows), LogitRows: e.logitRows}
 	tf := time.Now()
 	ss.Schedule = tf.Sub(start)
-	logits := e.forward(batch)
+	logits, err := e.forward(batch)
+	if err != nil {
+		return false, err
+	}
 	ts := time.Now()
 	ss.Forward = ts.Sub(tf)
 
@@ -641,16 +650,19 @@ func (e *Engine) step() bool {
 	if e.opt.OnStep != nil {
 		e.opt.OnStep(ss)
 	}
-	return true
+	return true, nil
 }
 
 // forward runs the batch and downloads the sampled rows (the step's one
 // synchronisation point).
-func (e *Engine) forward(b *glm5next.Batch) [][]float32 {
-	logits := e.model.Forward(e.cache, b)
+func (e *Engine) forward(b *glm5next.Batch) ([][]float32, error) {
+	logits, err := e.model.Forward(e.cache, b)
+	if err != nil {
+		return nil, err
+	}
 	defer e.be.Free(logits)
 	if len(b.LogitRows) == 0 {
-		return nil
+		return nil, nil
 	}
 	return glm5next.DownloadRows(e.be, logits)
 }

@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"github.com/npuserve/npuserve/npu/nputest"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -19,7 +20,6 @@ import (
 	"github.com/npuserve/npuserve/engine/runner"
 	"github.com/npuserve/npuserve/engine/sampling"
 	"github.com/npuserve/npuserve/npu"
-	"github.com/npuserve/npuserve/npu/cpu"
 )
 
 const tinyDir = "../../testdata/glm5next/tiny"
@@ -34,7 +34,7 @@ var (
 // once. Tests using it run sequentially: Forward is not concurrency-safe.
 func tiny(t testing.TB) *glm5next.Model {
 	t.Helper()
-	tinyOnce.Do(func() { tinyModel, tinyErr = glm5next.Load(cpu.New(0), tinyDir, glm5next.LoadOptions{}) })
+	tinyOnce.Do(func() { tinyModel, tinyErr = glm5next.Load(nputest.Open(0), tinyDir, glm5next.LoadOptions{}) })
 	if tinyErr != nil {
 		t.Fatal(tinyErr)
 	}
@@ -577,22 +577,26 @@ type faultyModel struct {
 	calls   atomic.Int32
 	panicAt int32 // call number that panics (1-based); 0: none
 	nanAt   int32 // call number whose first logits row becomes NaN
+	errAt   int32 // call number that returns an error (a device failure)
 }
 
-func (f *faultyModel) Forward(c *glm5next.Cache, b *glm5next.Batch) *npu.Tensor {
+func (f *faultyModel) Forward(c *glm5next.Cache, b *glm5next.Batch) (*npu.Tensor, error) {
 	n := f.calls.Add(1)
 	if n == f.panicAt {
 		panic("injected device fault")
 	}
-	logits := f.Model.Forward(c, b)
-	if n == f.nanAt && logits.Dim(0) > 0 {
+	if n == f.errAt {
+		return nil, errors.New("injected device error")
+	}
+	logits, err := f.Model.Forward(c, b)
+	if err == nil && n == f.nanAt && logits.Dim(0) > 0 {
 		row := make([]byte, 4*logits.Dim(1))
 		for i := 0; i < len(row); i += 4 {
 			putF32(row[i:], float32(math.NaN()))
 		}
-		f.Backend().Upload(logits.Rows(0, 1), row)
+		err = f.Backend().Upload(logits.Rows(0, 1), row)
 	}
-	return logits
+	return logits, err
 }
 
 func putF32(b []byte, v float32) {
@@ -638,6 +642,25 @@ func TestStepFailures(t *testing.T) {
 		t.Fatalf("neighbour of the NaN row: %v (%s), want %v", got[1], fin[1].FinishReason, ref[1])
 	}
 	if s := waitIdle(t, e); s.FinishedByReason["error"] != 3 {
+		t.Fatalf("stats %+v", s)
+	}
+
+	// A Forward that returns an error (an out-of-memory or a failed
+	// device op): the step's requests fail, the engine serves on.
+	fm.errAt = fm.calls.Load() + 1
+	_, fin = runAll(t, e, ps, func(int) sampling.Params { return greedy(4) })
+	for i, f := range fin {
+		if f.FinishReason != "error" || f.Err == nil || !strings.Contains(f.Err.Error(), "injected device error") {
+			t.Fatalf("request %d final %+v", i, f)
+		}
+	}
+	got, _ = runAll(t, e, ps, func(int) sampling.Params { return greedy(4) })
+	for i := range ps {
+		if !slices.Equal(got[i], ref[i]) {
+			t.Fatalf("after the device error, request %d: %v, want %v", i, got[i], ref[i])
+		}
+	}
+	if s := waitIdle(t, e); s.FinishedByReason["error"] != 5 || s.UsedBlocks != 0 {
 		t.Fatalf("stats %+v", s)
 	}
 }
@@ -780,7 +803,7 @@ func BenchmarkEngineDecode(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	m := glm5next.NewRandom(cpu.New(0), cfg, dtype, 1)
+	m := glm5next.NewRandom(nputest.Open(0), cfg, dtype, 1)
 	defer m.Close()
 	for _, batch := range []int{1, 8, 64} {
 		b.Run(fmt.Sprint("batch=", batch), func(b *testing.B) {

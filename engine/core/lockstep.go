@@ -16,7 +16,7 @@ type CollectiveModel interface {
 	// DummyStep runs one forward with no tokens but the collective
 	// sequence of a real step (what a DP rank with nothing scheduled runs
 	// while others step, under expert parallelism).
-	DummyStep(c *glm5next.Cache)
+	DummyStep(c *glm5next.Cache) error
 	// Collective reports whether Forward and DummyStep run collectives. A
 	// step that fails on such a model stops the engine (every request
 	// fails, Err reports why) instead of failing only its requests: the
@@ -109,10 +109,18 @@ func (e *Engine) safeLockstepStep(hasWork bool) (fatal error) {
 			}
 		}
 	}()
-	if hasWork && e.step() {
-		return nil
+	if hasWork {
+		ran, err := e.step()
+		if err != nil {
+			return fmt.Errorf("engine: lockstep step failed: %w", err)
+		}
+		if ran {
+			return nil
+		}
 	}
-	e.model.(CollectiveModel).DummyStep(e.cache)
+	if err := e.model.(CollectiveModel).DummyStep(e.cache); err != nil {
+		return fmt.Errorf("engine: lockstep dummy step failed: %w", err)
+	}
 	e.counters.dummy++
 	return nil
 }

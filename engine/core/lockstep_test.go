@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"github.com/npuserve/npuserve/npu/nputest"
 	"slices"
 	"strings"
 	"sync"
@@ -14,7 +15,6 @@ import (
 	"github.com/npuserve/npuserve/engine/model/glm5next"
 	"github.com/npuserve/npuserve/engine/sampling"
 	"github.com/npuserve/npuserve/npu"
-	"github.com/npuserve/npuserve/npu/cpu"
 )
 
 // fakeDP is an in-process lockstep group: Sync is a barrier over n
@@ -72,23 +72,23 @@ type stepModel struct {
 	panicAt           int64 // forward number that panics (1-based); 0: none
 }
 
-func (s *stepModel) Forward(c *glm5next.Cache, b *glm5next.Batch) *npu.Tensor {
+func (s *stepModel) Forward(c *glm5next.Cache, b *glm5next.Batch) (*npu.Tensor, error) {
 	if s.forwards.Add(1) == s.panicAt {
-		panic(fmt.Errorf("injected collective fault: %w", glm5next.ErrCollective))
+		return nil, fmt.Errorf("injected collective fault: %w", glm5next.ErrCollective)
 	}
 	return s.Model.Forward(c, b)
 }
 
-func (s *stepModel) DummyStep(c *glm5next.Cache) {
+func (s *stepModel) DummyStep(c *glm5next.Cache) error {
 	s.dummies.Add(1)
-	s.Model.DummyStep(c)
+	return s.Model.DummyStep(c)
 }
 
 func (s *stepModel) Collective() bool { return true }
 
 func newStepModel(t *testing.T) *stepModel {
 	t.Helper()
-	m, err := glm5next.Load(cpu.New(1), tinyDir, glm5next.LoadOptions{})
+	m, err := glm5next.Load(nputest.Open(1), tinyDir, glm5next.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +277,7 @@ func (p plainModel) Backend() npu.Backend        { return p.m.Backend() }
 func (p plainModel) NewCache(b, s, n int) (*glm5next.Cache, error) {
 	return p.m.NewCache(b, s, n)
 }
-func (p plainModel) Forward(c *glm5next.Cache, b *glm5next.Batch) *npu.Tensor {
+func (p plainModel) Forward(c *glm5next.Cache, b *glm5next.Batch) (*npu.Tensor, error) {
 	return p.m.Forward(c, b)
 }
 func (p plainModel) BytesPerToken() int64         { return p.m.BytesPerToken() }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/npuserve/npuserve/npu/nputest"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -84,6 +85,9 @@ func nodeFlagsEP(port, rpc, maxLen int, headless, ep bool) []string {
 // startServe starts `npuserve ARGS` with env added.
 func startServe(t *testing.T, name string, args []string, env ...string) *proc {
 	t.Helper()
+	if len(args) > 0 && args[0] == "serve" && nputest.Device() != "cpu" && !slices.Contains(args, "--device") {
+		args = append(args[:len(args):len(args)], "--device", nputest.Device()) // the test device ($NPUSERVE_TEST_DEVICE)
+	}
 	cmd := exec.Command(npuserveBinary(t), args...)
 	cmd.Env = append(append(os.Environ(), "HCCL_IF_IP=127.0.0.1"), env...)
 	return startCmd(t, name, cmd)

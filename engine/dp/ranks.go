@@ -23,6 +23,8 @@ type RankSpec struct {
 	Seed        int64
 	// Threads per rank for the CPU backend (0: 1).
 	Threads int
+	// Device is the ranks' backend (npu.Open's name; "": cpu).
+	Device string
 	// Engine configures every DP rank's engine.
 	Engine   core.Options
 	IdleWait time.Duration
@@ -86,7 +88,7 @@ func startRank(spec RankSpec, ri hccl.RootInfo, dp, tp int) (*worker.Rank, *work
 	}
 	r, err := worker.Start(worker.Config{Topology: topo, DPRank: dp, TPRank: tp, Groups: groups,
 		ModelDir: spec.ModelDir, Load: spec.Load, Random: spec.Random, RandomDType: spec.RandomDType, Seed: spec.Seed,
-		Threads: threads, Engine: spec.Engine, IdleWait: spec.IdleWait})
+		Device: spec.Device, Threads: threads, Engine: spec.Engine, IdleWait: spec.IdleWait})
 	if err != nil {
 		err = fmt.Errorf("DP rank %d TP rank %d: %w", dp, tp, err)
 		groups.Abort(err)

@@ -6,7 +6,9 @@
 // The manager only does bookkeeping on the host: which block and which
 // state slot belongs to which sequence. The device tensors themselves are
 // owned by the model (glm5next.Cache) and addressed through the slots this
-// package hands out in an npu.SeqLayout.
+// package hands out in an npu.BatchLayout (block tables, never per-token
+// slot lists: what crosses to the device each step grows with the batch and
+// its blocks, not with the context).
 //
 // Addressing:
 //   - token position p of a sequence lives in token slot
@@ -109,12 +111,10 @@ func (m *Manager) NumSeqs() int { return len(m.live) }
 
 // Seq is one sequence's share of the cache.
 type Seq struct {
-	m          *Manager
-	blocks     []int32
-	stateSlot  int
-	length     int     // positions with allocated slots
-	tokenSlots []int32 // token slot of every position < length
-	poolSlots  []int32 // pool slot of every complete pool at length
+	m         *Manager
+	blocks    []int32
+	stateSlot int
+	length    int // positions with allocated slots
 }
 
 // Allocate starts a sequence: it takes a state slot (no blocks yet).
@@ -139,11 +139,16 @@ func (s *Seq) StateSlot() int { return s.stateSlot }
 // Blocks is the sequence's block table (do not modify).
 func (s *Seq) Blocks() []int32 { return s.blocks }
 
-// TokenSlots returns the token slot of each position < Len (do not modify).
-func (s *Seq) TokenSlots() []int32 { return s.tokenSlots }
+// TokenSlot is the per-token cache row of position p < Len.
+func (s *Seq) TokenSlot(p int) int32 {
+	bs := s.m.cfg.BlockSize
+	return s.blocks[p/bs]*int32(bs) + int32(p%bs)
+}
 
-// PoolSlots returns the pool slot of each complete pool (do not modify).
-func (s *Seq) PoolSlots() []int32 { return s.poolSlots }
+// PoolSlot is the pooled-key cache row of complete pool i.
+func (s *Seq) PoolSlot(i int) int32 {
+	return npu.PoolRow(s.blocks, i, s.m.cfg.KPool, s.m.cfg.BlockSize)
+}
 
 // BlocksNeeded is the number of new blocks Append(s, n) would take.
 func (m *Manager) BlocksNeeded(s *Seq, n int) int {
@@ -176,14 +181,6 @@ func (m *Manager) Append(s *Seq, n int) error {
 		m.freeBlocks = m.freeBlocks[:len(m.freeBlocks)-1]
 		s.blocks = append(s.blocks, b)
 	}
-	bs, kp := m.cfg.BlockSize, m.cfg.KPool
-	for p := s.length; p < s.length+n; p++ {
-		s.tokenSlots = append(s.tokenSlots, s.blocks[p/bs]*int32(bs)+int32(p%bs))
-		if (p+1)%kp == 0 {
-			i := p / kp
-			s.poolSlots = append(s.poolSlots, s.blocks[i*kp/bs]*int32(bs/kp)+int32((i*kp%bs)/kp))
-		}
-	}
 	s.length += n
 	return nil
 }
@@ -199,23 +196,23 @@ func (m *Manager) Free(s *Seq) {
 		m.freeBlocks = append(m.freeBlocks, s.blocks[i])
 	}
 	m.freeSlots = append(m.freeSlots, s.stateSlot)
-	s.blocks, s.tokenSlots, s.poolSlots, s.length = nil, nil, nil, 0
+	s.blocks, s.length = nil, 0
 }
 
 // Layout describes a batch for the model: sequence b contributes its last
 // rows[b] positions (appended for this batch, so rows[b] <= seqs[b].Len()).
-// The returned layout aliases the sequences' slot tables; it stays valid
-// until the sequences are appended to or freed.
-func (m *Manager) Layout(seqs []*Seq, rows []int) npu.SeqLayout {
+// The block tables alias the sequences'; the layout stays valid until the
+// sequences are appended to or freed.
+func (m *Manager) Layout(seqs []*Seq, rows []int) npu.BatchLayout {
 	if len(seqs) != len(rows) {
 		panic(fmt.Sprintf("kvcache: Layout of %d sequences with %d row counts", len(seqs), len(rows)))
 	}
-	l := npu.SeqLayout{
-		QueryStart: make([]int, len(seqs)+1),
-		Pos:        make([]int, len(seqs)),
-		StateSlot:  make([]int, len(seqs)),
-		TokenSlots: make([][]int32, len(seqs)),
-		PoolSlots:  make([][]int32, len(seqs)),
+	l := npu.BatchLayout{
+		QueryStart:  make([]int, len(seqs)+1),
+		Pos:         make([]int, len(seqs)),
+		StateSlot:   make([]int, len(seqs)),
+		BlockSize:   m.cfg.BlockSize,
+		BlockTables: make([][]int32, len(seqs)),
 	}
 	for b, s := range seqs {
 		if s.m != m {
@@ -227,8 +224,7 @@ func (m *Manager) Layout(seqs []*Seq, rows []int) npu.SeqLayout {
 		l.QueryStart[b+1] = l.QueryStart[b] + rows[b]
 		l.Pos[b] = s.length - rows[b]
 		l.StateSlot[b] = s.stateSlot
-		l.TokenSlots[b] = s.tokenSlots[:s.length:s.length]
-		l.PoolSlots[b] = s.poolSlots[:len(s.poolSlots):len(s.poolSlots)]
+		l.BlockTables[b] = s.blocks[:len(s.blocks):len(s.blocks)]
 	}
 	return l
 }

@@ -66,10 +66,11 @@ func TestAddressing(t *testing.T) {
 			seenTok := map[int32]bool{}
 			seenPool := map[int32]bool{}
 			for _, s := range seqs {
-				if len(s.TokenSlots()) != s.Len() || len(s.PoolSlots()) != s.Len()/c.kp {
-					t.Fatalf("len %d with %d token slots and %d pool slots", s.Len(), len(s.TokenSlots()), len(s.PoolSlots()))
+				if need := (s.Len() + c.bs - 1) / c.bs; len(s.Blocks()) != need {
+					t.Fatalf("len %d with %d blocks of %d, want %d", s.Len(), len(s.Blocks()), c.bs, need)
 				}
-				for p, ts := range s.TokenSlots() {
+				for p := range s.Len() {
+					ts := s.TokenSlot(p)
 					if seenTok[ts] || ts < 0 || int(ts) >= m.TokenSlots() {
 						t.Fatalf("token slot %d of position %d reused or out of range", ts, p)
 					}
@@ -78,12 +79,13 @@ func TestAddressing(t *testing.T) {
 						t.Fatalf("position %d slot %d, want %d", p, ts, want)
 					}
 				}
-				for i, ps := range s.PoolSlots() {
+				for i := range s.Len() / c.kp {
+					ps := s.PoolSlot(i)
 					if seenPool[ps] || ps < 0 || int(ps) >= m.PoolSlots() {
 						t.Fatalf("pool slot %d of pool %d reused or out of range", ps, i)
 					}
 					seenPool[ps] = true
-					if first := s.TokenSlots()[i*c.kp]; ps*int32(c.kp) != first {
+					if first := s.TokenSlot(i * c.kp); ps*int32(c.kp) != first {
 						t.Fatalf("pool %d slot %d, first token slot %d", i, ps, first)
 					}
 				}
@@ -173,9 +175,17 @@ func TestLayout(t *testing.T) {
 		t.Fatalf("rows %d seqs %d", l.Rows(), l.NumSeqs())
 	}
 	for i, s := range []*Seq{a, b, c} {
-		if l.StateSlot[i] != s.StateSlot() || len(l.TokenSlots[i]) != s.Len() || len(l.PoolSlots[i]) != s.Len()/4 {
-			t.Fatalf("seq %d: slot %d tokens %d pools %d", i, l.StateSlot[i], len(l.TokenSlots[i]), len(l.PoolSlots[i]))
+		if l.StateSlot[i] != s.StateSlot() || len(l.BlockTables[i]) != (s.Len()+7)/8 || l.BlockSize != 8 {
+			t.Fatalf("seq %d: slot %d, %d blocks of %d", i, l.StateSlot[i], len(l.BlockTables[i]), l.BlockSize)
 		}
+		for p := range s.Len() {
+			if l.TokenRow(i, p) != s.TokenSlot(p) {
+				t.Fatalf("seq %d position %d: layout row %d, sequence slot %d", i, p, l.TokenRow(i, p), s.TokenSlot(p))
+			}
+		}
+	}
+	if err := l.Check(); err != nil {
+		t.Fatal(err)
 	}
 	if l.StateSlot[0] == l.StateSlot[1] || l.StateSlot[1] == l.StateSlot[2] || l.StateSlot[0] == l.StateSlot[2] {
 		t.Fatalf("state slots not distinct: %v", l.StateSlot)

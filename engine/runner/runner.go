@@ -203,12 +203,18 @@ func step(m *glm5next.Model, mgr *kvcache.Manager, cache *glm5next.Cache, runnin
 		batch.LogitRows = []int{}
 	}
 	be := m.Backend()
-	logits := m.Forward(cache, batch)
+	logits, err := m.Forward(cache, batch)
+	if err != nil {
+		return err
+	}
 	defer be.Free(logits)
 	if len(sampled) == 0 {
 		return nil
 	}
-	host := glm5next.DownloadRows(be, logits) // the step's one synchronisation point
+	host, err := glm5next.DownloadRows(be, logits) // the step's one synchronisation point
+	if err != nil {
+		return err
+	}
 	for i, st := range sampled {
 		tok, err := sample(host[i], st.req.Temperature, st.rng)
 		if err != nil {

@@ -154,7 +154,11 @@ func benchDecode(b *testing.B, l *worker.Leader, batch, ctx int) {
 			toks = append(toks, int32((i*131+p*17)%cfg.VocabSize))
 		}
 	}
-	l.Backend().Free(l.Forward(c, &glm5next.Batch{Tokens: toks, Layout: mgr.Layout(seqs, rows)}))
+	if lg, err := l.Forward(c, &glm5next.Batch{Tokens: toks, Layout: mgr.Layout(seqs, rows)}); err != nil {
+		b.Fatal(err)
+	} else {
+		l.Backend().Free(lg)
+	}
 	toks = toks[:batch]
 	for i := range rows {
 		rows[i] = 1
@@ -172,8 +176,13 @@ func benchDecode(b *testing.B, l *worker.Leader, batch, ctx int) {
 			}
 			toks[i] = int32((i*7 + step*13) % cfg.VocabSize)
 		}
-		lg := l.Forward(c, &glm5next.Batch{Tokens: toks, Layout: mgr.Layout(seqs, rows)})
-		glm5next.DownloadRows(l.Backend(), lg)
+		lg, err := l.Forward(c, &glm5next.Batch{Tokens: toks, Layout: mgr.Layout(seqs, rows)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := glm5next.DownloadRows(l.Backend(), lg); err != nil {
+			b.Fatal(err)
+		}
 		l.Backend().Free(lg)
 	}
 	el := time.Since(start)
@@ -281,11 +290,11 @@ func BenchmarkTPCollectives(b *testing.B) {
 	defer comms[1].Close()
 	step := func(c hccl.Comm, batch int) error {
 		be := cpu.New(1)
-		hdr := be.Alloc(npu.I32, 5)
-		payload := be.Alloc(npu.I32, 4+3*batch+3*batch+batch)
-		h := be.Alloc(npu.F32, batch, cfg.HiddenSize)
-		part := be.Alloc(npu.F32, batch, cfg.VocabSize/2)
-		all := be.Alloc(npu.F32, 2, batch, cfg.VocabSize/2)
+		hdr := npu.Must(be.Alloc(npu.I32, 5))
+		payload := npu.Must(be.Alloc(npu.I32, 4+3*batch+3*batch+batch))
+		h := npu.Must(be.Alloc(npu.F32, batch, cfg.HiddenSize))
+		part := npu.Must(be.Alloc(npu.F32, batch, cfg.VocabSize/2))
+		all := npu.Must(be.Alloc(npu.F32, 2, batch, cfg.VocabSize/2))
 		if err := c.Broadcast(hdr, 0); err != nil {
 			return err
 		}

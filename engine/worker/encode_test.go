@@ -13,9 +13,8 @@ import (
 )
 
 // TestBatchEncoding: a batch survives the leader-to-follower encoding
-// exactly: paged layouts from kvcache travel as block tables (one word per
-// block), hand-built layouts as raw slots, nil and empty LogitRows stay
-// distinct, and the empty (dummy) batch works.
+// exactly: layouts travel as block tables (one word per block), nil and
+// empty LogitRows stay distinct, and the empty (dummy) batch works.
 func TestBatchEncoding(t *testing.T) {
 	const bs, kp = 8, 4
 	mgr, err := kvcache.New(kvcache.Config{BlockSize: bs, NumBlocks: 64, NumStateSlots: 4, KPool: kp})
@@ -44,12 +43,12 @@ func TestBatchEncoding(t *testing.T) {
 	for i := range paged.Rows() {
 		toks = append(toks, int32(100+i))
 	}
-	raw := npu.SeqLayout{
-		QueryStart: []int{0, 2, 3},
-		Pos:        []int{0, 4},
-		StateSlot:  []int{1, 0},
-		TokenSlots: [][]int32{{9, 3}, {7, 1, 5, 2, 11}},
-		PoolSlots:  [][]int32{{}, {4}},
+	raw := npu.BatchLayout{
+		QueryStart:  []int{0, 2, 3},
+		Pos:         []int{0, 4},
+		StateSlot:   []int{1, 0},
+		BlockSize:   4,
+		BlockTables: [][]int32{{9}, {7, 1}},
 	}
 	cases := []struct {
 		name  string
@@ -58,16 +57,16 @@ func TestBatchEncoding(t *testing.T) {
 	}{
 		{"paged, default logit rows", glm5next.Batch{Tokens: toks, Layout: paged}, 0},
 		{"paged, chosen rows", glm5next.Batch{Tokens: toks, Layout: paged, LogitRows: []int{10, 4}}, 0},
-		{"raw slots, no logits", glm5next.Batch{Tokens: []int32{1, 2, 3}, Layout: raw, LogitRows: []int{}}, 0},
-		{"dummy", glm5next.Batch{Layout: npu.SeqLayout{QueryStart: []int{0}}, LogitRows: []int{}}, 5},
+		{"hand-built, no logits", glm5next.Batch{Tokens: []int32{1, 2, 3}, Layout: raw, LogitRows: []int{}}, 0},
+		{"dummy", glm5next.Batch{Layout: npu.BatchLayout{QueryStart: []int{0}, BlockSize: bs}, LogitRows: []int{}}, 6},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			w := encodeBatch(nil, &tc.b, bs, kp)
+			w := encodeBatch(nil, &tc.b)
 			if tc.words > 0 && len(w) != tc.words {
 				t.Errorf("%d words, want %d", len(w), tc.words)
 			}
-			got, err := decodeBatch(w, bs, kp)
+			got, err := decodeBatch(w)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,15 +81,13 @@ func TestBatchEncoding(t *testing.T) {
 						*p = nil
 					}
 				}
-				for _, ss := range [][][]int32{L.TokenSlots, L.PoolSlots} {
-					for i := range ss {
-						if len(ss[i]) == 0 {
-							ss[i] = nil
-						}
+				for i := range L.BlockTables {
+					if len(L.BlockTables[i]) == 0 {
+						L.BlockTables[i] = nil
 					}
 				}
-				if len(L.TokenSlots) == 0 {
-					L.TokenSlots, L.PoolSlots = nil, nil
+				if len(L.BlockTables) == 0 {
+					L.BlockTables = nil
 				}
 				return c
 			}
@@ -103,17 +100,17 @@ func TestBatchEncoding(t *testing.T) {
 		})
 	}
 	// Paged sequences cost one word per block, not per token.
-	w := encodeBatch(nil, &glm5next.Batch{Tokens: toks, Layout: paged}, bs, kp)
+	w := encodeBatch(nil, &glm5next.Batch{Tokens: toks, Layout: paged})
 	slots := 0
-	for _, s := range paged.TokenSlots {
-		slots += len(s)
+	for _, s := range seqs {
+		slots += s.Len()
 	}
 	if len(w) >= slots {
 		t.Errorf("paged batch of %d token slots encoded in %d words", slots, len(w))
 	}
 	// Truncated or padded encodings are errors, not panics.
 	for _, bad := range [][]int32{w[:len(w)-1], append(append([]int32(nil), w...), 7), {3}} {
-		if _, err := decodeBatch(bad, bs, kp); err == nil {
+		if _, err := decodeBatch(bad); err == nil {
 			t.Errorf("decoding %d words of a %d-word batch: no error", len(bad), len(w))
 		}
 	}

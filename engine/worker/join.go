@@ -155,14 +155,22 @@ func Join(world hccl.Comm, topo Topology, opt JoinOptions) (*Groups, error) {
 		binary.LittleEndian.PutUint16(mine[k*slot:], uint16(len(s)))
 		copy(mine[k*slot+2:], s)
 	}
-	be := cpu.New(1)
-	in := be.FromHost(npu.U8, mine, len(mine))
-	all := be.Alloc(npu.U8, n*len(mine))
+	be := cpu.New(1) // the bootstrap world is the TCP transport: host tensors
+	in, err := be.FromHost(npu.U8, mine, len(mine))
+	if err != nil {
+		return nil, err
+	}
+	all, err := be.Alloc(npu.U8, n*len(mine))
+	if err != nil {
+		return nil, err
+	}
 	if err := world.AllGather(all, in); err != nil {
 		return nil, fmt.Errorf("worker: sharing root infos: %w", err)
 	}
 	buf := make([]byte, all.Bytes())
-	be.Download(buf, all)
+	if err := be.Download(buf, all); err != nil {
+		return nil, err
+	}
 
 	out := &Groups{World: world}
 	fail := func(err error) (*Groups, error) {

@@ -49,11 +49,10 @@ type Leader struct {
 	m  *glm5next.Model
 	tp hccl.Comm // nil when TP == 1
 
-	hdr      *npu.Tensor // I32 [headerWords]
-	payload  *npu.Tensor // I32 scratch, grown as needed
-	seq      int32
-	enc      []int32
-	hdrBytes []byte
+	hdr     *npu.Tensor // I32 [headerWords]
+	payload *npu.Tensor // I32 scratch, grown as needed
+	seq     int32
+	enc     []int32
 
 	// mu serialises the engine's calls with the keepalive: every
 	// collective on tp (the model's inside Forward too) runs under it.
@@ -71,7 +70,7 @@ func NewLeader(m *glm5next.Model, tp hccl.Comm) *Leader {
 	l := &Leader{m: m}
 	if tp != nil && tp.Size() > 1 {
 		l.tp = tp
-		l.hdr = m.Backend().Alloc(npu.I32, headerWords)
+		l.hdr = npu.Must(m.Backend().Alloc(npu.I32, headerWords)) // a few bytes at start-up
 		l.quit = make(chan struct{})
 		go l.keepalive(KeepaliveInterval)
 	}
@@ -139,28 +138,38 @@ func (l *Leader) NewCache(numBlocks, blockSize, stateSlots int) (*glm5next.Cache
 }
 
 // Forward implements core.Model: the followers run the same batch.
-func (l *Leader) Forward(c *glm5next.Cache, b *glm5next.Batch) *npu.Tensor {
+func (l *Leader) Forward(c *glm5next.Cache, b *glm5next.Batch) (*npu.Tensor, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.tp != nil {
-		l.enc = encodeBatch(l.enc[:0], b, c.BlockSize, l.m.Config().IndexKPool)
-		l.send(cmdForward, len(l.enc), 0, 0)
-		l.payload = growI32(l.m.Backend(), l.payload, len(l.enc))
+		be := l.m.Backend()
+		l.enc = encodeBatch(l.enc[:0], b)
+		if err := l.send(cmdForward, len(l.enc), 0, 0); err != nil {
+			return nil, err
+		}
+		var err error
+		if l.payload, err = growI32(be, l.payload, len(l.enc)); err != nil {
+			return nil, err
+		}
 		p := l.payload.Rows(0, len(l.enc))
-		l.m.Backend().Upload(p, npu.EncodeInt32s(l.enc))
-		if err := l.tp.Broadcast(p, 0); err != nil {
-			collectiveFailed("broadcasting the batch", err)
+		if err := be.Upload(p, npu.EncodeInt32s(l.enc)); err != nil {
+			return nil, err
+		}
+		if err := npu.RunOnStream(be, func() error { return l.tp.Broadcast(p, 0) }); err != nil {
+			return nil, collectiveFailed("broadcasting the batch", err)
 		}
 	}
 	return l.m.Forward(c, b)
 }
 
 // DummyStep implements core.CollectiveModel.
-func (l *Leader) DummyStep(c *glm5next.Cache) {
+func (l *Leader) DummyStep(c *glm5next.Cache) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.send(cmdDummy, 0, 0, 0)
-	l.m.DummyStep(c)
+	if err := l.send(cmdDummy, 0, 0, 0); err != nil {
+		return err
+	}
+	return l.m.DummyStep(c)
 }
 
 // Shutdown tells the followers to leave their loop. It is idempotent and
@@ -178,23 +187,29 @@ func (l *Leader) Shutdown() error {
 	return l.broadcastHeader(cmdStop, 0, 0, 0)
 }
 
-// send broadcasts a command header; a failure panics with
+// send broadcasts a command header; a failure is an error wrapping
 // glm5next.ErrCollective (the engine then stops).
-func (l *Leader) send(cmd, a, b, c int) {
+func (l *Leader) send(cmd, a, b, c int) error {
 	if l.tp == nil {
-		return
+		return nil
 	}
 	if err := l.broadcastHeader(cmd, a, b, c); err != nil {
-		collectiveFailed("broadcasting a step to the TP followers", err)
+		return collectiveFailed("broadcasting a step to the TP followers", err)
 	}
+	return nil
 }
 
+// broadcastHeader sends one command header. It runs on the engine's
+// goroutine or, idle, on the keepalive's (l.mu held either way); the
+// broadcast itself runs on the backend's stream.
 func (l *Leader) broadcastHeader(cmd, a, b, c int) error {
 	l.lastSend = time.Now()
 	l.seq++
-	l.hdrBytes = npu.EncodeInt32s([]int32{int32(cmd), int32(a), int32(b), int32(c), l.seq})
-	l.m.Backend().Upload(l.hdr, l.hdrBytes)
-	return l.tp.Broadcast(l.hdr, 0)
+	be := l.m.Backend()
+	if err := be.Upload(l.hdr, npu.EncodeInt32s([]int32{int32(cmd), int32(a), int32(b), int32(c), l.seq})); err != nil {
+		return err
+	}
+	return npu.RunOnStream(be, func() error { return l.tp.Broadcast(l.hdr, 0) })
 }
 
 // Follow runs a TP follower: it receives the leader's commands over tp
@@ -202,7 +217,10 @@ func (l *Leader) broadcastHeader(cmd, a, b, c int) error {
 // error; tp is then aborted so that the leader fails fast too).
 func Follow(m *glm5next.Model, tp hccl.Comm) (err error) {
 	be := m.Backend()
-	hdr := be.Alloc(npu.I32, headerWords)
+	hdr, err := be.Alloc(npu.I32, headerWords)
+	if err != nil {
+		return err
+	}
 	defer be.Free(hdr)
 	var payload *npu.Tensor
 	var cache *glm5next.Cache
@@ -225,10 +243,13 @@ func Follow(m *glm5next.Model, tp hccl.Comm) (err error) {
 	}()
 	var seq int32
 	for {
-		if err := tp.Broadcast(hdr, 0); err != nil {
+		if err := npu.RunOnStream(be, func() error { return tp.Broadcast(hdr, 0) }); err != nil {
 			return fmt.Errorf("worker: TP follower %d waiting for the leader: %w", tp.Rank(), err)
 		}
-		h := npu.DownloadI32(be, hdr)
+		h, err := npu.DownloadI32(be, hdr)
+		if err != nil {
+			return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
+		}
 		seq++
 		if h[4] != seq {
 			return fmt.Errorf("worker: TP follower %d: command #%d arrived as #%d", tp.Rank(), seq, h[4])
@@ -246,24 +267,36 @@ func Follow(m *glm5next.Model, tp hccl.Comm) (err error) {
 			cache = c
 		case cmdForward:
 			n := int(h[1])
-			payload = growI32(be, payload, n)
+			if payload, err = growI32(be, payload, n); err != nil {
+				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
+			}
 			p := payload.Rows(0, n)
-			if err := tp.Broadcast(p, 0); err != nil {
+			if err := npu.RunOnStream(be, func() error { return tp.Broadcast(p, 0) }); err != nil {
 				return fmt.Errorf("worker: TP follower %d receiving a batch: %w", tp.Rank(), err)
 			}
 			if cache == nil {
 				return fmt.Errorf("worker: TP follower %d: a batch before any cache", tp.Rank())
 			}
-			b, err := decodeBatch(npu.DownloadI32(be, p), cache.BlockSize, m.Config().IndexKPool)
+			words, err := npu.DownloadI32(be, p)
 			if err != nil {
 				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
-			be.Free(m.Forward(cache, b))
+			b, err := decodeBatch(words)
+			if err != nil {
+				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
+			}
+			logits, err := m.Forward(cache, b)
+			if err != nil {
+				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
+			}
+			be.Free(logits)
 		case cmdDummy:
 			if cache == nil {
 				return fmt.Errorf("worker: TP follower %d: a dummy step before any cache", tp.Rank())
 			}
-			m.DummyStep(cache)
+			if err := m.DummyStep(cache); err != nil {
+				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
+			}
 		case cmdNoop:
 		case cmdStop:
 			return nil
@@ -273,28 +306,26 @@ func Follow(m *glm5next.Model, tp hccl.Comm) (err error) {
 	}
 }
 
-// collectiveFailed panics with err wrapped in glm5next.ErrCollective.
-func collectiveFailed(op string, err error) {
-	panic(fmt.Errorf("%w: %s: %w", glm5next.ErrCollective, op, err))
+// collectiveFailed wraps err in glm5next.ErrCollective.
+func collectiveFailed(op string, err error) error {
+	return fmt.Errorf("%w: %s: %w", glm5next.ErrCollective, op, err)
 }
 
-// Batch encoding: [tokens, seqs, logitMode, nLogits] then tokens,
-// QueryStart (seqs+1), Pos, StateSlot, per sequence its slots, then the
-// logit rows. A sequence's slots are [mode, len(TokenSlots),
-// len(PoolSlots)] followed by its block table (mode 0: the paged layout
-// of kvcache, TokenSlots[p] = block[p/bs]·bs + p%bs and PoolSlots[i] =
-// block[i·kp/bs]·(bs/kp) + (i·kp%bs)/kp, so a decode step sends one word
-// per block, not per token) or the raw slots (mode 1: any other layout).
+// Batch encoding: [tokens, seqs, logitMode, nLogits, blockSize] then the
+// tokens, QueryStart (seqs+1), Pos, StateSlot, per sequence the length of
+// its block table and the table, then the logit rows: the
+// npu.BatchLayout as the cache manager built it, one word per block of
+// each sequence, never one per cached token.
 
 // encodeBatch appends b's encoding to dst.
-func encodeBatch(dst []int32, b *glm5next.Batch, bs, kp int) []int32 {
+func encodeBatch(dst []int32, b *glm5next.Batch) []int32 {
 	L := &b.Layout
 	B := L.NumSeqs()
 	mode := int32(1)
 	if b.LogitRows == nil {
 		mode = 0
 	}
-	dst = append(dst, int32(len(b.Tokens)), int32(B), mode, int32(len(b.LogitRows)))
+	dst = append(dst, int32(len(b.Tokens)), int32(B), mode, int32(len(b.LogitRows)), int32(L.BlockSize))
 	dst = append(dst, b.Tokens...)
 	for _, v := range L.QueryStart {
 		dst = append(dst, int32(v))
@@ -306,15 +337,8 @@ func encodeBatch(dst []int32, b *glm5next.Batch, bs, kp int) []int32 {
 		dst = append(dst, int32(v))
 	}
 	for s := range B {
-		ts, ps := L.TokenSlots[s], L.PoolSlots[s]
-		if blocks, ok := pagedBlocks(ts, ps, bs, kp); ok {
-			dst = append(dst, 0, int32(len(ts)), int32(len(ps)))
-			dst = append(dst, blocks...)
-			continue
-		}
-		dst = append(dst, 1, int32(len(ts)), int32(len(ps)))
-		dst = append(dst, ts...)
-		dst = append(dst, ps...)
+		dst = append(dst, int32(len(L.BlockTables[s])))
+		dst = append(dst, L.BlockTables[s]...)
 	}
 	for _, r := range b.LogitRows {
 		dst = append(dst, int32(r))
@@ -322,79 +346,26 @@ func encodeBatch(dst []int32, b *glm5next.Batch, bs, kp int) []int32 {
 	return dst
 }
 
-// pagedBlocks returns the block table of a sequence's slots when they
-// follow the paged layout exactly.
-func pagedBlocks(ts, ps []int32, bs, kp int) ([]int32, bool) {
-	if bs < 1 || kp < 1 || bs%kp != 0 {
-		return nil, false
-	}
-	nb := (len(ts) + bs - 1) / bs
-	if len(ps)*kp > nb*bs {
-		return nil, false
-	}
-	blocks := make([]int32, nb)
-	for i := range blocks {
-		if ts[i*bs]%int32(bs) != 0 {
-			return nil, false
-		}
-		blocks[i] = ts[i*bs] / int32(bs)
-	}
-	for p, v := range ts {
-		if v != blocks[p/bs]*int32(bs)+int32(p%bs) {
-			return nil, false
-		}
-	}
-	per := int32(bs / kp)
-	for i, v := range ps {
-		if v != blocks[i*kp/bs]*per+int32((i*kp%bs)/kp) {
-			return nil, false
-		}
-	}
-	return blocks, true
-}
-
 // decodeBatch rebuilds a batch from its encoding.
-func decodeBatch(w []int32, bs, kp int) (*glm5next.Batch, error) {
+func decodeBatch(w []int32) (*glm5next.Batch, error) {
 	r := reader{w: w}
-	nt, B, mode, nl := int(r.next()), int(r.next()), r.next(), int(r.next())
-	if r.err != nil || nt < 0 || B < 0 || nl < 0 {
+	nt, B, mode, nl, bs := int(r.next()), int(r.next()), r.next(), int(r.next()), int(r.next())
+	if r.err != nil || nt < 0 || B < 0 || nl < 0 || bs < 1 {
 		return nil, errors.New("malformed batch header")
 	}
 	b := &glm5next.Batch{Tokens: r.take(nt)}
 	L := &b.Layout
+	L.BlockSize = bs
 	L.QueryStart = r.ints(B + 1)
 	L.Pos = r.ints(B)
 	L.StateSlot = r.ints(B)
-	L.TokenSlots = make([][]int32, B)
-	L.PoolSlots = make([][]int32, B)
+	L.BlockTables = make([][]int32, B)
 	for s := range B {
-		m, nts, nps := r.next(), int(r.next()), int(r.next())
-		if r.err != nil || nts < 0 || nps < 0 {
-			return nil, errors.New("malformed batch slots")
+		n := int(r.next())
+		if r.err != nil || n < 0 {
+			return nil, errors.New("malformed batch block table")
 		}
-		switch m {
-		case 0:
-			if bs < 1 || kp < 1 {
-				return nil, errors.New("paged slots without a block size")
-			}
-			blocks := r.take((nts + bs - 1) / bs)
-			if r.err != nil {
-				break
-			}
-			ts, ps := make([]int32, nts), make([]int32, nps)
-			for p := range ts {
-				ts[p] = blocks[p/bs]*int32(bs) + int32(p%bs)
-			}
-			per := int32(bs / kp)
-			for i := range ps {
-				ps[i] = blocks[i*kp/bs]*per + int32((i*kp%bs)/kp)
-			}
-			L.TokenSlots[s], L.PoolSlots[s] = ts, ps
-		case 1:
-			L.TokenSlots[s], L.PoolSlots[s] = r.take(nts), r.take(nps)
-		default:
-			return nil, fmt.Errorf("unknown slot encoding %d", m)
-		}
+		L.BlockTables[s] = r.take(n)
 	}
 	if mode == 1 {
 		b.LogitRows = r.ints(nl)
@@ -407,6 +378,9 @@ func decodeBatch(w []int32, bs, kp int) (*glm5next.Batch, error) {
 	}
 	if len(r.w) != 0 {
 		return nil, fmt.Errorf("%d trailing words after the batch", len(r.w))
+	}
+	if err := L.Check(); err != nil {
+		return nil, err
 	}
 	return b, nil
 }
@@ -450,9 +424,9 @@ func (r *reader) ints(n int) []int {
 }
 
 // growI32 returns t, or a bigger I32 tensor (t freed) holding n words.
-func growI32(be npu.Backend, t *npu.Tensor, n int) *npu.Tensor {
+func growI32(be npu.Backend, t *npu.Tensor, n int) (*npu.Tensor, error) {
 	if t != nil && t.Numel() >= max(n, 1) {
-		return t
+		return t, nil
 	}
 	if t != nil {
 		be.Free(t)

@@ -30,7 +30,7 @@ func NewLockstep(dp hccl.Comm, be npu.Backend, idleWait time.Duration) *Lockstep
 	if idleWait <= 0 {
 		idleWait = DefaultIdleWait
 	}
-	return &Lockstep{dp: dp, be: be, buf: be.Alloc(npu.I32, 2), wait: idleWait}
+	return &Lockstep{dp: dp, be: be, buf: npu.Must(be.Alloc(npu.I32, 2)), wait: idleWait} // 8 bytes at start-up
 }
 
 // Sync implements core.Lockstep.
@@ -41,11 +41,16 @@ func (l *Lockstep) Sync(hasWork, closing bool) (anyWork, anyClosing bool, err er
 		}
 		return 0
 	}
-	l.be.Upload(l.buf, npu.EncodeInt32s([]int32{b(hasWork), b(closing)}))
-	if err := l.dp.AllReduce(l.buf, hccl.Max); err != nil {
+	if err := l.be.Upload(l.buf, npu.EncodeInt32s([]int32{b(hasWork), b(closing)})); err != nil {
 		return false, false, fmt.Errorf("DP rank %d: %w", l.dp.Rank(), err)
 	}
-	v := npu.DownloadI32(l.be, l.buf)
+	if err := npu.RunOnStream(l.be, func() error { return l.dp.AllReduce(l.buf, hccl.Max) }); err != nil {
+		return false, false, fmt.Errorf("DP rank %d: %w", l.dp.Rank(), err)
+	}
+	v, err := npu.DownloadI32(l.be, l.buf)
+	if err != nil {
+		return false, false, fmt.Errorf("DP rank %d: %w", l.dp.Rank(), err)
+	}
 	return v[0] != 0, v[1] != 0, nil
 }
 

@@ -27,6 +27,7 @@
 package worker
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"sync"
@@ -36,7 +37,6 @@ import (
 	"github.com/npuserve/npuserve/engine/core"
 	"github.com/npuserve/npuserve/engine/model/glm5next"
 	"github.com/npuserve/npuserve/npu"
-	"github.com/npuserve/npuserve/npu/cpu"
 )
 
 // Config describes one rank.
@@ -59,9 +59,10 @@ type Config struct {
 	RandomDType string
 	Seed        int64
 
-	// Backend is the rank's device (nil: a CPU backend with Threads
-	// threads, 0 = GOMAXPROCS).
+	// Backend is the rank's device (nil: npu.Open(Device) with Threads
+	// threads, 0 = GOMAXPROCS; Device "" is the cpu backend).
 	Backend npu.Backend
+	Device  string
 	Threads int
 
 	// Engine configures the leader's engine. Start sets its Lockstep when
@@ -106,7 +107,11 @@ func Start(cfg Config) (*Rank, error) {
 	}
 	be := cfg.Backend
 	if be == nil {
-		be = cpu.New(cfg.Threads)
+		dev := cmp.Or(cfg.Device, "cpu")
+		var err error
+		if be, err = npu.Open(dev, npu.OpenOptions{Threads: cfg.Threads}); err != nil {
+			return nil, fmt.Errorf("worker: rank %d: --device %s: %w", g.World.Rank(), dev, err)
+		}
 	}
 	par := &glm5next.Parallel{TPSize: cfg.TP, TPRank: cfg.TPRank, TP: g.TP, EPSize: 1}
 	if cfg.EP && cfg.Size() > 1 {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/npuserve/npuserve/npu/nputest"
 	"io"
 	"math"
 	"os"
@@ -25,7 +26,6 @@ import (
 	"github.com/npuserve/npuserve/engine/worker"
 	"github.com/npuserve/npuserve/hccl"
 	"github.com/npuserve/npuserve/npu"
-	"github.com/npuserve/npuserve/npu/cpu"
 )
 
 // Multi-process tests: the test binary re-executes itself once per rank
@@ -276,8 +276,8 @@ func sequences(g *golden) [][]int32 {
 // single-rank model for the reference.
 type stepper interface {
 	NewCache(numBlocks, blockSize, stateSlots int) (*glm5next.Cache, error)
-	Forward(c *glm5next.Cache, b *glm5next.Batch) *npu.Tensor
-	DummyStep(c *glm5next.Cache)
+	Forward(c *glm5next.Cache, b *glm5next.Batch) (*npu.Tensor, error)
+	DummyStep(c *glm5next.Cache) error
 	Backend() npu.Backend
 }
 
@@ -291,7 +291,7 @@ func scripted(s childSpec, groups *worker.Groups, dir string, g *golden) ([]stri
 	if s.Topo.EP && s.Topo.Size() > 1 {
 		par.EPSize, par.EPRank, par.EP = s.Topo.Size(), s.Rank, groups.EP
 	}
-	m, err := glm5next.Load(cpu.New(1), dir, glm5next.LoadOptions{DType: "float32", Parallel: par})
+	m, err := glm5next.Load(nputest.Open(1), dir, glm5next.LoadOptions{DType: "float32", Parallel: par})
 	if err != nil {
 		return nil, err
 	}
@@ -319,7 +319,7 @@ func scripted(s childSpec, groups *worker.Groups, dir string, g *golden) ([]stri
 	if err != nil {
 		return nil, err
 	}
-	ref, err := glm5next.Load(cpu.New(1), dir, glm5next.LoadOptions{DType: "float32"})
+	ref, err := glm5next.Load(nputest.Open(1), dir, glm5next.LoadOptions{DType: "float32"})
 	if err != nil {
 		return nil, err
 	}
@@ -385,15 +385,23 @@ func run(st stepper, kp int, seqs [][]int32, steps int) ([][][]float32, error) {
 			fed[i] += n
 		}
 		if len(active) == 0 {
-			st.DummyStep(c)
+			if err := st.DummyStep(c); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		lr := make([]int, len(toks))
 		for i := range lr {
 			lr[i] = i
 		}
-		lg := st.Forward(c, &glm5next.Batch{Tokens: toks, Layout: mgr.Layout(lseqs, rows), LogitRows: lr})
-		rowsOut := glm5next.DownloadRows(be, lg)
+		lg, err := st.Forward(c, &glm5next.Batch{Tokens: toks, Layout: mgr.Layout(lseqs, rows), LogitRows: lr})
+		if err != nil {
+			return nil, err
+		}
+		rowsOut, err := glm5next.DownloadRows(be, lg)
+		if err != nil {
+			return nil, err
+		}
 		be.Free(lg)
 		r := 0
 		for k, i := range active {

@@ -181,7 +181,7 @@ func TestWrongDevice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := other.Alloc(npu.F32, 4)
+	x := npu.Must(other.Alloc(npu.F32, 4))
 	defer other.Free(x)
 	err = ranks[0].Comm.AllReduce(x, hccl.Sum)
 	if !errors.Is(err, hccl.ErrInvalid) || !strings.Contains(err.Error(), "device 1") {

@@ -155,9 +155,8 @@ func (b *devBuffer) DeviceID() int          { return b.dev }
 // DeviceMemory is npu.Memory on one NPU: aclrtMalloc'd tensors and
 // synchronous host/device copies. It exists so that HCCL runs on device
 // tensors (the conformance suite, tools) before the Ascend backend does;
-// that backend will have its own allocator. Like every npu.Memory, it
-// panics on failure (out of device memory, a bad tensor), since the
-// interface has no error results.
+// that backend will have its own allocator. Failures (out of device
+// memory, a failed copy) are returned as errors.
 type DeviceMemory struct{ dev *device }
 
 var _ npu.Memory = (*DeviceMemory)(nil)
@@ -171,24 +170,26 @@ func NewDeviceMemory(id int) (*DeviceMemory, error) {
 	return &DeviceMemory{dev: d}, nil
 }
 
-func (m *DeviceMemory) run(what string, fn func() error) {
+func (m *DeviceMemory) run(what string, fn func() error) error {
 	var ferr error
 	if err := m.dev.do(what, memLimit, func() { ferr = fn() }); err != nil {
-		panic(fmt.Sprintf("hccl/ascend: %v", err))
+		return fmt.Errorf("hccl/ascend: %w", err)
 	}
 	if ferr != nil {
-		panic(fmt.Sprintf("hccl/ascend: device %d: %v", m.dev.id, ferr))
+		return fmt.Errorf("hccl/ascend: device %d: %w", m.dev.id, ferr)
 	}
+	return nil
 }
 
 // Alloc returns a zero-filled device tensor.
-func (m *DeviceMemory) Alloc(dt npu.DType, shape ...int) *npu.Tensor {
-	n := dt.Size()
-	for _, s := range shape {
-		n *= s
+func (m *DeviceMemory) Alloc(dt npu.DType, shape ...int) (*npu.Tensor, error) {
+	n64, err := npu.ShapeBytes(dt, shape...)
+	if err != nil {
+		return nil, err
 	}
+	n := int(n64)
 	b := &devBuffer{n: n, dev: m.dev.id}
-	m.run("aclrtMalloc", func() error {
+	err = m.run("aclrtMalloc", func() error {
 		var p C.uintptr_t
 		if rc := C.npu_aclrtMalloc(&p, C.size_t(max(n, 32))); rc != C.NPU_ACL_SUCCESS {
 			return aclError(fmt.Sprintf("aclrtMalloc(%d)", n), rc)
@@ -205,26 +206,35 @@ func (m *DeviceMemory) Alloc(dt npu.DType, shape ...int) *npu.Tensor {
 		}
 		return nil
 	})
-	return npu.NewTensor(b, 0, dt, shape...)
+	if err != nil {
+		return nil, &npu.AllocError{Device: fmt.Sprintf("ascend:%d", m.dev.id), DType: dt, Shape: shape, Bytes: n64, Free: -1, Err: err}
+	}
+	return npu.NewTensor(b, 0, dt, shape...), nil
 }
 
 // FromHost copies data into a new device tensor.
-func (m *DeviceMemory) FromHost(dt npu.DType, data []byte, shape ...int) *npu.Tensor {
-	t := m.Alloc(dt, shape...)
-	m.Upload(t, data)
-	return t
+func (m *DeviceMemory) FromHost(dt npu.DType, data []byte, shape ...int) (*npu.Tensor, error) {
+	t, err := m.Alloc(dt, shape...)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Upload(t, data); err != nil {
+		m.Free(t)
+		return nil, err
+	}
+	return t, nil
 }
 
 // Upload copies src into dst (same byte size).
-func (m *DeviceMemory) Upload(dst *npu.Tensor, src []byte) {
+func (m *DeviceMemory) Upload(dst *npu.Tensor, src []byte) error {
 	ptr := m.addr(dst)
 	if len(src) != dst.Bytes() {
-		panic(fmt.Sprintf("hccl/ascend: Upload %d bytes into %v", len(src), dst))
+		return fmt.Errorf("hccl/ascend: Upload %d bytes into %v", len(src), dst)
 	}
 	if len(src) == 0 {
-		return
+		return nil
 	}
-	m.run("aclrtMemcpy", func() error {
+	return m.run("aclrtMemcpy", func() error {
 		if rc := C.npu_aclrtMemcpyToDevice(C.uintptr_t(ptr), C.size_t(len(src)), unsafe.Pointer(&src[0]), C.size_t(len(src))); rc != C.NPU_ACL_SUCCESS {
 			return aclError("aclrtMemcpy host to device", rc)
 		}
@@ -233,15 +243,15 @@ func (m *DeviceMemory) Upload(dst *npu.Tensor, src []byte) {
 }
 
 // Download copies src to dst (same byte size).
-func (m *DeviceMemory) Download(dst []byte, src *npu.Tensor) {
+func (m *DeviceMemory) Download(dst []byte, src *npu.Tensor) error {
 	ptr := m.addr(src)
 	if len(dst) != src.Bytes() {
-		panic(fmt.Sprintf("hccl/ascend: Download %v into %d bytes", src, len(dst)))
+		return fmt.Errorf("hccl/ascend: Download %v into %d bytes", src, len(dst))
 	}
 	if len(dst) == 0 {
-		return
+		return nil
 	}
-	m.run("aclrtMemcpy", func() error {
+	return m.run("aclrtMemcpy", func() error {
 		if rc := C.npu_aclrtMemcpyToHost(unsafe.Pointer(&dst[0]), C.size_t(len(dst)), C.uintptr_t(ptr), C.size_t(len(dst))); rc != C.NPU_ACL_SUCCESS {
 			return aclError("aclrtMemcpy device to host", rc)
 		}
@@ -257,7 +267,7 @@ func (m *DeviceMemory) Free(t *npu.Tensor) {
 	}
 	ptr := b.ptr
 	b.ptr = 0
-	m.run("aclrtFree", func() error {
+	_ = m.run("aclrtFree", func() error {
 		if rc := C.npu_aclrtFree(C.uintptr_t(ptr)); rc != C.NPU_ACL_SUCCESS {
 			return aclError("aclrtFree", rc)
 		}

@@ -113,7 +113,7 @@ func genAll(size int, seed uint64, n int, dt npu.DType, op hccl.ReduceOp) [][]by
 
 // tensor allocates a tensor of dt holding data (n elements).
 func tensor(m npu.Memory, dt npu.DType, data []byte) *npu.Tensor {
-	t := m.Alloc(dt, len(data)/dt.Size())
+	t := npu.Must(m.Alloc(dt, len(data)/dt.Size()))
 	m.Upload(t, data)
 	return t
 }
@@ -215,7 +215,7 @@ func reduceScatterCase(size int, caps Caps, dt npu.DType, op hccl.ReduceOp, n in
 			defer m.Free(in)
 			out := in.Reshape(size, n).Rows(r, r+1)
 			if !inPlace {
-				out = m.Alloc(dt, n)
+				out = npu.Must(m.Alloc(dt, n))
 				defer m.Free(out)
 			}
 			if err := c.ReduceScatter(out, in, op); err != nil {
@@ -243,7 +243,7 @@ func allGatherCase(size int, dt npu.DType, n int, seed uint64, inPlace bool) Cas
 		Run: func(c hccl.Comm, m npu.Memory) ([]byte, error) {
 			want := want.get()
 			r, es := c.Rank(), dt.Size()
-			out := m.Alloc(dt, size, n)
+			out := npu.Must(m.Alloc(dt, size, n))
 			defer m.Free(out)
 			in := out.Rows(r, r+1)
 			if inPlace {
@@ -277,7 +277,7 @@ func allToAllCase(size int, dt npu.DType, n int, seed uint64) Case {
 			}
 			in := tensor(m, dt, ins.get()[r])
 			defer m.Free(in)
-			out := m.Alloc(dt, size*n)
+			out := npu.Must(m.Alloc(dt, size*n))
 			defer m.Free(out)
 			if err := c.AllToAll(out, in); err != nil {
 				return nil, err
@@ -326,10 +326,10 @@ func allToAllVCase(size int, dt npu.DType, maxCount int, seed uint64) Case {
 				outCounts[i] = counts[i][r]
 			}
 			const slack = 7
-			in := m.Alloc(dt, len(inputs[r])/es+slack)
+			in := npu.Must(m.Alloc(dt, len(inputs[r])/es+slack))
 			defer m.Free(in)
 			m.Upload(in.Reshape(-1).Rows(0, len(inputs[r])/es), inputs[r])
-			out := m.Alloc(dt, len(want)/es+slack)
+			out := npu.Must(m.Alloc(dt, len(want)/es+slack))
 			defer m.Free(out)
 			fill := bytes.Repeat([]byte{0x5a}, out.Bytes())
 			m.Upload(out, fill)
@@ -383,7 +383,7 @@ func sendRecvCase(size int, dt npu.DType, n int, seed uint64) Case {
 			next, prev := (r+1)%size, (r+size-1)%size
 			src := tensor(m, dt, gen(seed, r, n, dt, hccl.Sum))
 			defer m.Free(src)
-			dst := m.Alloc(dt, n)
+			dst := npu.Must(m.Alloc(dt, n))
 			defer m.Free(dst)
 			steps := []func() error{
 				func() error { return c.Send(src, next) },
@@ -495,7 +495,7 @@ func sequenceCase(size int, caps Caps, seed uint64) Case {
 					return nil, wrong("step %d Broadcast: %v", i, firstDiff(npu.BF16, gotB, want))
 				}
 				in := tensor(m, npu.I32, gen(seed+20+uint64(i), r, 3, npu.I32, hccl.Sum))
-				g := m.Alloc(npu.I32, 3*size)
+				g := npu.Must(m.Alloc(npu.I32, 3*size))
 				if err := c.AllGather(g, in); err != nil {
 					return nil, err
 				}

@@ -173,7 +173,7 @@ func RunFailures(t *testing.T, f Factory, caps Caps) {
 		calls := []func() error{
 			func() error { return ranks[0].Comm.AllReduce(alloc(ranks[0], 64), hccl.Sum) },
 			func() error {
-				out := ranks[1].Mem.Alloc(npu.F32, 64)
+				out := npu.Must(ranks[1].Mem.Alloc(npu.F32, 64))
 				return ranks[1].Comm.AllGather(out, alloc(ranks[1], 32))
 			},
 		}
@@ -282,7 +282,7 @@ func RunFailures(t *testing.T, f Factory, caps Caps) {
 				if r == 0 {
 					n = 15 // wrong: must be Size()*8
 				}
-				out := ranks[r].Mem.Alloc(npu.F32, n)
+				out := npu.Must(ranks[r].Mem.Alloc(npu.F32, n))
 				err, el := within(t, timeout+slack, func() error { return ranks[r].Comm.AllGather(out, in) })
 				switch {
 				case err == nil:

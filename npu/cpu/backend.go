@@ -52,51 +52,58 @@ func (b *Backend) Info() npu.DeviceInfo {
 // Sync is a no-op: ops run eagerly.
 func (b *Backend) Sync() error { return nil }
 
-// Alloc returns a zeroed tensor.
-func (b *Backend) Alloc(dt npu.DType, shape ...int) *npu.Tensor {
-	n := dt.Size()
-	for _, d := range shape {
-		if d < 0 {
-			panic(fmt.Sprintf("cpu: Alloc negative shape %v", shape))
-		}
-		n *= d
+// largeAlloc is the size from which Alloc checks the host's available
+// memory first: Go's runtime cannot recover from running out of memory,
+// so a cache or weight too large for the machine must fail as an error.
+const largeAlloc = 64 << 20
+
+// Alloc returns a zeroed tensor; a large one that the host's available
+// memory cannot hold is an *npu.AllocError wrapping npu.ErrOutOfMemory.
+func (b *Backend) Alloc(dt npu.DType, shape ...int) (*npu.Tensor, error) {
+	n, err := npu.ShapeBytes(dt, shape...)
+	if err != nil {
+		return nil, &npu.AllocError{Device: b.Name(), DType: dt, Shape: shape, Bytes: n, Free: -1, Err: err}
 	}
-	return npu.NewTensor(&buffer{data: allocBytes(n)}, 0, dt, shape...)
+	if n >= largeAlloc {
+		if vm, err := mem.VirtualMemory(); err == nil && uint64(n) > vm.Available {
+			return nil, &npu.AllocError{Device: b.Name(), DType: dt, Shape: shape, Bytes: n, Free: int64(vm.Available), Err: npu.ErrOutOfMemory}
+		}
+	}
+	return npu.NewTensor(&buffer{data: allocBytes(int(n))}, 0, dt, shape...), nil
 }
 
 // FromHost aliases data when it is suitably aligned, else copies it.
-func (b *Backend) FromHost(dt npu.DType, data []byte, shape ...int) *npu.Tensor {
-	n := dt.Size()
-	for _, d := range shape {
-		n *= d
-	}
-	if n != len(data) {
-		panic(fmt.Sprintf("cpu: FromHost %v %v needs %d bytes, got %d", dt, shape, n, len(data)))
+func (b *Backend) FromHost(dt npu.DType, data []byte, shape ...int) (*npu.Tensor, error) {
+	n, err := npu.ShapeBytes(dt, shape...)
+	if err != nil || n != int64(len(data)) {
+		return nil, fmt.Errorf("cpu: FromHost %v %v needs %d bytes, got %d", dt, shape, n, len(data))
 	}
 	if len(data) > 0 && !aligned(data, dt.Size()) {
 		c := allocBytes(len(data))
 		copy(c, data)
 		data = c
 	}
-	return npu.NewTensor(&buffer{data: data}, 0, dt, shape...)
+	return npu.NewTensor(&buffer{data: data}, 0, dt, shape...), nil
 }
 
 // Upload copies src into dst.
-func (b *Backend) Upload(dst *npu.Tensor, src []byte) {
+func (b *Backend) Upload(dst *npu.Tensor, src []byte) error {
 	d := bytesOf(dst)
 	if len(d) != len(src) {
-		panic(fmt.Sprintf("cpu: Upload %d bytes into %v", len(src), dst))
+		return fmt.Errorf("cpu: Upload %d bytes into %v", len(src), dst)
 	}
 	copy(d, src)
+	return nil
 }
 
 // Download copies src to dst.
-func (b *Backend) Download(dst []byte, src *npu.Tensor) {
+func (b *Backend) Download(dst []byte, src *npu.Tensor) error {
 	s := bytesOf(src)
 	if len(s) != len(dst) {
-		panic(fmt.Sprintf("cpu: Download %v into %d bytes", src, len(dst)))
+		return fmt.Errorf("cpu: Download %v into %d bytes", src, len(dst))
 	}
 	copy(dst, s)
+	return nil
 }
 
 // Free drops the reference; the garbage collector reclaims the memory.
@@ -133,4 +140,20 @@ func U16(t *npu.Tensor) []uint16 {
 		panic(fmt.Sprintf("cpu: want BF16/F16 tensor, got %v", t))
 	}
 	return u16s(bytesOf(t))
+}
+
+func init() {
+	npu.Register(npu.Registration{Name: "cpu", Open: func(o npu.OpenOptions) (npu.Backend, error) {
+		return New(o.Threads), nil
+	}})
+}
+
+// temp allocates an op's host scratch tensor (not device memory the caller
+// sees, so no budget check).
+func temp(dt npu.DType, shape ...int) *npu.Tensor {
+	n := dt.Size()
+	for _, d := range shape {
+		n *= d
+	}
+	return npu.NewTensor(&buffer{data: allocBytes(n)}, 0, dt, shape...)
 }

@@ -41,13 +41,13 @@ func BenchmarkFMAPeak(b *testing.B) {
 
 // benchTensor returns a tensor of random values in [-1, 1).
 func benchTensor(be *Backend, dt npu.DType, shape ...int) *npu.Tensor {
-	t := be.Alloc(dt, shape...)
+	t := npu.Must(be.Alloc(dt, shape...))
 	rng := rand.New(rand.NewPCG(1, uint64(t.Numel())))
 	v := make([]float32, t.Numel())
 	for i := range v {
 		v[i] = rng.Float32()*2 - 1
 	}
-	src := be.FromHost(npu.F32, unsafeBytesF32(v), len(v))
+	src := npu.Must(be.FromHost(npu.F32, unsafeBytesF32(v), len(v)))
 	be.Copy(t.Reshape(-1), src)
 	return t
 }
@@ -66,7 +66,7 @@ func BenchmarkMatMul1024(b *testing.B) {
 	be := New(0)
 	for _, dt := range []npu.DType{npu.F32, npu.BF16} {
 		b.Run(fmt.Sprintf("%s/%v", activeKernels.name, dt), func(b *testing.B) {
-			x, w, out := benchTensor(be, npu.F32, n, n), benchTensor(be, dt, n, n), be.Alloc(npu.F32, n, n)
+			x, w, out := benchTensor(be, npu.F32, n, n), benchTensor(be, dt, n, n), npu.Must(be.Alloc(npu.F32, n, n))
 			be.MatMul(out, x, w) // warm up (page faults, pools)
 			b.ResetTimer()
 			for b.Loop() {
@@ -88,12 +88,12 @@ func BenchmarkMatMulDecode(b *testing.B) {
 		ws := make([]*npu.Tensor, copies)
 		w0 := benchTensor(be, npu.BF16, k, k)
 		for i := range ws {
-			ws[i] = be.Alloc(npu.BF16, k, k)
+			ws[i] = npu.Must(be.Alloc(npu.BF16, k, k))
 			be.Copy(ws[i], w0)
 		}
 		for _, m := range []int{1, 32} {
 			b.Run(fmt.Sprintf("%s/M%d/K%d", activeKernels.name, m, k), func(b *testing.B) {
-				x, out := benchTensor(be, npu.F32, m, k), be.Alloc(npu.F32, m, k)
+				x, out := benchTensor(be, npu.F32, m, k), npu.Must(be.Alloc(npu.F32, m, k))
 				i := 0
 				b.ResetTimer()
 				for b.Loop() {
@@ -114,7 +114,7 @@ func BenchmarkMatMulDecode(b *testing.B) {
 func BenchmarkCopyBandwidth(b *testing.B) {
 	const n = 256 << 20
 	be := New(0)
-	src, dst := be.Alloc(npu.F32, n/4), be.Alloc(npu.F32, n/4)
+	src, dst := npu.Must(be.Alloc(npu.F32, n/4)), npu.Must(be.Alloc(npu.F32, n/4))
 	be.Fill(src, 1)
 	be.Copy(dst, src) // fault the pages in
 	b.SetBytes(n)

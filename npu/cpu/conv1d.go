@@ -13,42 +13,29 @@ import (
 // first, zeros at sequence start), updated in place to the last W-1 inputs.
 // out[t,c] = act(sum_i w[c][i] * u[t-(W-1)+i][c]), act = SiLU when silu.
 func (be *Backend) Conv1d(out, x, state, w *npu.Tensor, seqs *npu.SeqLayout, silu bool) {
-	if seqs == nil || len(seqs.QueryStart) < 1 {
-		panic("cpu: Conv1d needs a SeqLayout with QueryStart")
+	L := readLayout("Conv1d", seqs)
+	if L.Rows() != x.Dim(0) {
+		panic(fmt.Sprintf("cpu: Conv1d QueryStart %v does not cover x %v", L.QueryStart, x))
 	}
-	nseq := seqs.NumSeqs()
-	if seqs.QueryStart[0] != 0 || seqs.Rows() != x.Dim(0) {
-		panic(fmt.Sprintf("cpu: Conv1d QueryStart %v does not cover x %v", seqs.QueryStart, x))
-	}
-	for b := 0; b < nseq; b++ {
-		if seqs.QueryStart[b+1] < seqs.QueryStart[b] {
-			panic(fmt.Sprintf("cpu: Conv1d QueryStart %v not ascending", seqs.QueryStart))
-		}
-	}
-	be.conv1d("Conv1d", out, x, state, w, seqs.QueryStart, seqs.StateSlot, nseq, silu)
+	be.conv1d("Conv1d", out, x, state, w, L.QueryStart, L.StateSlot, L.NumSeqs(), silu)
 }
 
 // Conv1dUpdate is Conv1d for exactly one new row per sequence (decode):
 // row b of x [B, C] belongs to sequence b with state slot StateSlot[b].
 func (be *Backend) Conv1dUpdate(out, x, state, w *npu.Tensor, seqs *npu.SeqLayout, silu bool) {
-	if seqs == nil {
-		panic("cpu: Conv1dUpdate needs a SeqLayout")
-	}
+	L := readLayout("Conv1dUpdate", seqs)
 	if x.Rank() != 2 {
 		panic(fmt.Sprintf("cpu: Conv1dUpdate x %v: want [B, C]", x))
 	}
-	nseq := x.Dim(0)
-	if len(seqs.QueryStart) > 0 {
-		if len(seqs.QueryStart) != nseq+1 {
-			panic(fmt.Sprintf("cpu: Conv1dUpdate QueryStart %v does not match x %v", seqs.QueryStart, x))
-		}
-		for b, q := range seqs.QueryStart {
-			if q != b {
-				panic(fmt.Sprintf("cpu: Conv1dUpdate needs one row per sequence, QueryStart %v", seqs.QueryStart))
-			}
+	if L.NumSeqs() != x.Dim(0) {
+		panic(fmt.Sprintf("cpu: Conv1dUpdate QueryStart %v does not match x %v", L.QueryStart, x))
+	}
+	for b, q := range L.QueryStart {
+		if q != b {
+			panic(fmt.Sprintf("cpu: Conv1dUpdate needs one row per sequence, QueryStart %v", L.QueryStart))
 		}
 	}
-	be.conv1dStep(out, x, state, w, seqs.StateSlot, silu)
+	be.conv1dStep(out, x, state, w, L.StateSlot, silu)
 }
 
 // conv1dStep is Conv1dUpdate's work: one new row per sequence, the state

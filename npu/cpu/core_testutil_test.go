@@ -70,18 +70,22 @@ func coreDecode(b []byte, dt npu.DType) []float64 {
 
 // coreTensor uploads vals as a new tensor of dtype dt.
 func coreTensor(be *Backend, dt npu.DType, vals []float64, shape ...int) *npu.Tensor {
-	t := be.Alloc(dt, shape...)
+	t := npu.Must(be.Alloc(dt, shape...))
 	if t.Numel() != len(vals) {
 		panic("coreTensor: shape does not match values")
 	}
-	be.Upload(t, coreEncode(vals, dt))
+	if err := be.Upload(t, coreEncode(vals, dt)); err != nil {
+		panic(err)
+	}
 	return t
 }
 
 // coreValues downloads t as float64.
 func coreValues(be *Backend, t *npu.Tensor) []float64 {
 	b := make([]byte, t.Bytes())
-	be.Download(b, t)
+	if err := be.Download(b, t); err != nil {
+		panic(err)
+	}
 	return coreDecode(b, t.DType())
 }
 

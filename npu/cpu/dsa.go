@@ -67,10 +67,10 @@ var dsaWaveScores = 1 << 24
 // with get_pooled_states and append_visible_tail, no padding). For query row
 // t of sequence b at absolute position pos = Pos[b] + t − QueryStart[b], the
 // visible pools are the complete ones, i = 0 .. (pos+1)/KPool − 1, with
-// pooled keys at rows PoolSlots[b][i] of pooled [poolSlots, d] (F32, BF16 or
+// pooled keys at the rows the block table gives (npu.PoolRow) of pooled [poolSlots, d] (F32, BF16 or
 // F16). Each is scored
 //
-//	I = Σ_h w[t,h] · relu(Scale · q[t,h]·pooled[PoolSlots[b][i]])
+//	I = Σ_h w[t,h] · relu(Scale · q[t,h]·pooled[PoolRow(b, i)])
 //
 // (fp32, q [T, Hi*d], w [T, Hi]) and the min(TopKPools, #visible) best are
 // selected: higher score first; equal scores go to the lower pool index; NaN
@@ -91,7 +91,8 @@ func (be *Backend) DSAIndex(out, q, w, pooled *npu.Tensor, seqs *npu.SeqLayout, 
 		panic(fmt.Sprintf("cpu: DSAIndex pooled %v, want [slots, d]", pooled))
 	}
 	d, nslots := pooled.Dim(1), pooled.Dim(0)
-	T := seqs.Rows()
+	L := readLayout("DSAIndex", seqs)
+	T := L.Rows()
 	width := topk * kp
 	if p.Tail {
 		width += kp - 1
@@ -106,33 +107,23 @@ func (be *Backend) DSAIndex(out, q, w, pooled *npu.Tensor, seqs *npu.SeqLayout, 
 		panic(fmt.Sprintf("cpu: DSAIndex out %v, want [%d, %d]", out, T, width))
 	}
 	qs, ws, outs := F32(q), F32(w), I32(out)
-	B := seqs.NumSeqs()
-	if len(seqs.Pos) < B || len(seqs.PoolSlots) < B {
-		panic(fmt.Sprintf("cpu: DSAIndex layout of %d sequences has %d Pos, %d PoolSlots", B, len(seqs.Pos), len(seqs.PoolSlots)))
-	}
+	B := L.NumSeqs()
+	poolRows := make([][]int32, B)
 	type rowInfo struct{ b, t, vis, off int }
 	rows := make([]rowInfo, 0, T)
 	totalVis, maxVis := 0, 0
 	for b := 0; b < B; b++ {
-		r0, r1 := seqs.QueryStart[b], seqs.QueryStart[b+1]
-		if r1 < r0 || seqs.Pos[b] < 0 {
-			panic(fmt.Sprintf("cpu: DSAIndex sequence %d rows [%d, %d) at position %d", b, r0, r1, seqs.Pos[b]))
+		r0, r1 := L.QueryStart[b], L.QueryStart[b+1]
+		if r1 < r0 || L.Pos[b] < 0 {
+			panic(fmt.Sprintf("cpu: DSAIndex sequence %d rows [%d, %d) at position %d", b, r0, r1, L.Pos[b]))
 		}
 		if r1 == r0 {
 			continue
 		}
-		vis := (seqs.Pos[b] + r1 - r0) / kp // pools visible to the last row
-		ps := seqs.PoolSlots[b]
-		if len(ps) < vis {
-			panic(fmt.Sprintf("cpu: DSAIndex sequence %d needs %d pool slots, has %d", b, vis, len(ps)))
-		}
-		for i, s := range ps[:vis] {
-			if s < 0 || int(s) >= nslots {
-				panic(fmt.Sprintf("cpu: DSAIndex pool %d of sequence %d at slot %d outside %v", i, b, s, pooled))
-			}
-		}
+		vis := (L.Pos[b] + r1 - r0) / kp // pools visible to the last row
+		poolRows[b] = L.poolRows(nil, "DSAIndex", b, vis, kp, nslots)
 		for t := r0; t < r1; t++ {
-			v := (seqs.Pos[b] + t - r0 + 1) / kp
+			v := (L.Pos[b] + t - r0 + 1) / kp
 			rows = append(rows, rowInfo{b: b, t: t, vis: v})
 			totalVis += v
 			maxVis = max(maxVis, v)
@@ -175,7 +166,7 @@ func (be *Backend) DSAIndex(out, q, w, pooled *npu.Tensor, seqs *npu.SeqLayout, 
 		}
 		attnWorkers(be, len(items), newWork, func(wk *work, it int) {
 			x := items[it]
-			idx := seqs.PoolSlots[rows[x.i].b][x.p0:x.p1]
+			idx := poolRows[rows[x.i].b][x.p0:x.p1]
 			var src []float32
 			if wk.blk != nil {
 				attnGatherRows(pooled, d, idx, wk.blk)
@@ -207,7 +198,7 @@ func (be *Backend) DSAIndex(out, q, w, pooled *npu.Tensor, seqs *npu.SeqLayout, 
 		be.parallelFor(end-start, 4, func(lo, hi int) {
 			order := make([]int32, 0, min(topk, maxVis))
 			for _, r := range rows[start+lo : start+hi] {
-				pos := seqs.Pos[r.b] + r.t - seqs.QueryStart[r.b]
+				pos := L.Pos[r.b] + r.t - L.QueryStart[r.b]
 				sel := dsaTopK(order[:0], scores[r.off:r.off+r.vis], min(topk, r.vis))
 				row := outs[r.t*width : (r.t+1)*width]
 				n := 0

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/npuserve/npuserve/npu"
@@ -21,7 +22,7 @@ func TestKPool(t *testing.T) {
 				gates := atNormal(r, P*kp*d, 0, 3)
 				tk, tg := atF32(be, keys, P*kp, d), atF32(be, gates, P*kp, d)
 				ta, ape := atTensor(be, dt, atNormal(r, kp*d, 0, 1), kp, d)
-				out := be.Alloc(npu.F32, P, d)
+				out := npu.Must(be.Alloc(npu.F32, P, d))
 				be.KPool(out, tk, tg, ta)
 				want := make([]float64, P*d)
 				for p := 0; p < P; p++ {
@@ -43,41 +44,44 @@ func TestKPool(t *testing.T) {
 	tk := atF32(be, []float64{1, 2}, 2, 1)
 	tg := atF32(be, []float64{1000, 1000}, 2, 1)
 	ta := atF32(be, []float64{0, math.Log(3)}, 2, 1)
-	out := be.Alloc(npu.F32, 1, 1)
+	out := npu.Must(be.Alloc(npu.F32, 1, 1))
 	be.KPool(out, tk, tg, ta)
 	if got := F32(out)[0]; !(math.Abs(float64(got)-1.75) < 1e-4) { // fp32 logits: 1000+log 3 is rounded
 		t.Errorf("large logits: got %v, want 1.75", got)
 	}
 }
 
-// dsaLayout is a batch of sequences with pooled keys at shuffled slots.
+// dsaLayout is a batch of sequences with pooled keys in shuffled blocks.
 type dsaLayout struct {
+	host   *npu.BatchLayout
 	seqs   *npu.SeqLayout
-	nslots int
+	nslots int // pooled-key rows
 }
 
-// newDSALayout places the complete pools of each sequence (after its rows)
-// at a random permutation of the pooled slots, leaving gaps.
-func newDSALayout(r *rand.Rand, pos, lens []int, kp int) dsaLayout {
-	l := &npu.SeqLayout{QueryStart: []int{0}, Pos: pos}
+// newDSALayout gives each sequence (after its rows) the blocks of bs tokens
+// (a multiple of kp) it needs at a random permutation of the cache's
+// blocks, leaving gaps: with bs == kp, block i holds pool i, so the complete
+// pools land at arbitrary pooled rows.
+func newDSALayout(tb testing.TB, be *Backend, r *rand.Rand, pos, lens []int, kp, bs int) dsaLayout {
+	l := &npu.BatchLayout{QueryStart: []int{0}, Pos: pos, StateSlot: make([]int, len(lens)), BlockSize: bs}
 	total := 0
 	for b, n := range lens {
 		l.QueryStart = append(l.QueryStart, l.QueryStart[b]+n)
-		total += (pos[b] + n) / kp
+		total += (pos[b] + n + bs - 1) / bs
 	}
-	nslots := total + 5
-	perm := atPerm(r, nslots)
+	nblocks := total + 5
+	perm := atPerm(r, nblocks)
 	for b, n := range lens {
-		np := (pos[b] + n) / kp
-		l.PoolSlots = append(l.PoolSlots, perm[:np])
-		perm = perm[np:]
+		nb := (pos[b] + n + bs - 1) / bs
+		l.BlockTables = append(l.BlockTables, perm[:nb])
+		perm = perm[nb:]
 	}
-	return dsaLayout{l, nslots}
+	return dsaLayout{l, upLayout(tb, be, l), nblocks * (bs / kp)}
 }
 
 // dsaRef is the selection from the equations, with float64 scores: rank by
 // score descending, ties to the lower pool; pools expanded, then the tail.
-func dsaRef(q, w, pooled []float64, l *npu.SeqLayout, Hi, d int, p npu.IndexParams, width int) (out []int32, scores [][]float64) {
+func dsaRef(q, w, pooled []float64, l *npu.BatchLayout, Hi, d int, p npu.IndexParams, width int) (out []int32, scores [][]float64) {
 	T := l.Rows()
 	out = make([]int32, T*width)
 	scores = make([][]float64, T)
@@ -87,7 +91,7 @@ func dsaRef(q, w, pooled []float64, l *npu.SeqLayout, Hi, d int, p npu.IndexPara
 			nv := (pos + 1) / p.KPool
 			sc := make([]float64, nv)
 			for i := range sc {
-				s := int(l.PoolSlots[b][i])
+				s := int(l.PoolRow(b, i, p.KPool))
 				for h := 0; h < Hi; h++ {
 					var dot float64
 					for c := 0; c < d; c++ {
@@ -156,30 +160,32 @@ func TestDSAIndexExact(t *testing.T) {
 				if tail {
 					dsaWaveScores = 7 // many waves
 				}
-				t.Run(fmt.Sprintf("kp%d_top%d_tail%v", kp, topk, tail), func(t *testing.T) {
-					r := rand.New(rand.NewPCG(uint64(kp*100+topk), 1))
-					lay := newDSALayout(r, pos, lens, kp)
-					T := lay.seqs.Rows()
-					ints := func(n, lo, hi int) []float64 {
-						v := make([]float64, n)
-						for i := range v {
-							v[i] = float64(lo + r.IntN(hi-lo+1))
+				for _, bs := range []int{kp, 3 * kp} { // one or three pools per block
+					t.Run(fmt.Sprintf("kp%d_bs%d_top%d_tail%v", kp, bs, topk, tail), func(t *testing.T) {
+						r := rand.New(rand.NewPCG(uint64(kp*100+topk), uint64(bs)))
+						lay := newDSALayout(t, be, r, pos, lens, kp, bs)
+						T := lay.host.Rows()
+						ints := func(n, lo, hi int) []float64 {
+							v := make([]float64, n)
+							for i := range v {
+								v[i] = float64(lo + r.IntN(hi-lo+1))
+							}
+							return v
 						}
-						return v
-					}
-					q, w, pooled := ints(T*Hi*d, -2, 2), ints(T*Hi, -1, 2), ints(lay.nslots*d, -1, 1)
-					p := npu.IndexParams{TopKPools: topk, KPool: kp, Tail: tail, Scale: 0.5}
-					width := dsaWidth(p)
-					out := be.Alloc(npu.I32, T, width)
-					be.DSAIndex(out, atF32(be, q, T, Hi*d), atF32(be, w, T, Hi), atF32(be, pooled, lay.nslots, d), lay.seqs, p)
-					want, _ := dsaRef(q, w, pooled, lay.seqs, Hi, d, p, width)
-					got := I32(out)
-					for tr := 0; tr < T; tr++ {
-						if !slices.Equal(got[tr*width:(tr+1)*width], want[tr*width:(tr+1)*width]) {
-							t.Fatalf("row %d: got %v, want %v", tr, got[tr*width:(tr+1)*width], want[tr*width:(tr+1)*width])
+						q, w, pooled := ints(T*Hi*d, -2, 2), ints(T*Hi, -1, 2), ints(lay.nslots*d, -1, 1)
+						p := npu.IndexParams{TopKPools: topk, KPool: kp, Tail: tail, Scale: 0.5}
+						width := dsaWidth(p)
+						out := npu.Must(be.Alloc(npu.I32, T, width))
+						be.DSAIndex(out, atF32(be, q, T, Hi*d), atF32(be, w, T, Hi), atF32(be, pooled, lay.nslots, d), lay.seqs, p)
+						want, _ := dsaRef(q, w, pooled, lay.host, Hi, d, p, width)
+						got := I32(out)
+						for tr := 0; tr < T; tr++ {
+							if !slices.Equal(got[tr*width:(tr+1)*width], want[tr*width:(tr+1)*width]) {
+								t.Fatalf("row %d: got %v, want %v", tr, got[tr*width:(tr+1)*width], want[tr*width:(tr+1)*width])
+							}
 						}
-					}
-				})
+					})
+				}
 			}
 		}
 	}
@@ -191,8 +197,8 @@ func TestDSAIndexTies(t *testing.T) {
 	be := New(2)
 	const Hi, d, kp, topk = 2, 4, 4, 3
 	r := rand.New(rand.NewPCG(2, 2))
-	lay := newDSALayout(r, []int{40, 3}, []int{4, 2}, kp)
-	T := lay.seqs.Rows()
+	lay := newDSALayout(t, be, r, []int{40, 3}, []int{4, 2}, kp, kp)
+	T := lay.host.Rows()
 	key := atNormal(r, d, 0, 1)
 	pooled := make([]float64, lay.nslots*d)
 	for i := range pooled {
@@ -200,7 +206,7 @@ func TestDSAIndexTies(t *testing.T) {
 	}
 	p := npu.IndexParams{TopKPools: topk, KPool: kp, Tail: true, Scale: 0.17}
 	width := dsaWidth(p)
-	out := be.Alloc(npu.I32, T, width)
+	out := npu.Must(be.Alloc(npu.I32, T, width))
 	be.DSAIndex(out, atF32(be, atNormal(r, T*Hi*d, 0, 1), T, Hi*d), atF32(be, atNormal(r, T*Hi, 0, 1), T, Hi),
 		atF32(be, pooled, lay.nslots, d), lay.seqs, p)
 	want := [][]int32{
@@ -228,19 +234,19 @@ func TestDSAIndexRandom(t *testing.T) {
 	for _, dt := range []npu.DType{npu.F32, npu.BF16} {
 		t.Run(dt.String(), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(7, uint64(dt)))
-			lay := newDSALayout(r, []int{1100, 0, 37}, []int{3, 21, 1}, kp)
-			T := lay.seqs.Rows()
+			lay := newDSALayout(t, be, r, []int{1100, 0, 37}, []int{3, 21, 1}, kp, kp)
+			T := lay.host.Rows()
 			q, w := atNormal(r, T*Hi*d, 0, 1), atNormal(r, T*Hi, 0.2, 1)
 			tp, pooled := atTensor(be, dt, atNormal(r, lay.nslots*d, 0, 1), lay.nslots, d)
 			p := npu.IndexParams{TopKPools: 64, KPool: kp, Tail: true, Scale: 0.25}
 			width := dsaWidth(p)
-			out := be.Alloc(npu.I32, T, width)
+			out := npu.Must(be.Alloc(npu.I32, T, width))
 			be.DSAIndex(out, atF32(be, q, T, Hi*d), atF32(be, w, T, Hi), tp, lay.seqs, p)
-			_, scores := dsaRef(q, w, pooled, lay.seqs, Hi, d, p, width)
+			_, scores := dsaRef(q, w, pooled, lay.host, Hi, d, p, width)
 			got := I32(out)
-			for b := 0; b < lay.seqs.NumSeqs(); b++ {
-				for tr := lay.seqs.QueryStart[b]; tr < lay.seqs.QueryStart[b+1]; tr++ {
-					pos := lay.seqs.Pos[b] + tr - lay.seqs.QueryStart[b]
+			for b := 0; b < lay.host.NumSeqs(); b++ {
+				for tr := lay.host.QueryStart[b]; tr < lay.host.QueryStart[b+1]; tr++ {
+					pos := lay.host.Pos[b] + tr - lay.host.QueryStart[b]
 					if err := dsaValid(got[tr*width:(tr+1)*width], scores[tr], pos, p, 1e-4); err != "" {
 						t.Fatalf("row %d (pos %d): %s", tr, pos, err)
 					}
@@ -307,21 +313,31 @@ func dsaValid(row []int32, sc []float64, pos int, p npu.IndexParams, tol float64
 func TestDSAIndexPanics(t *testing.T) {
 	be := New(1)
 	p := npu.IndexParams{TopKPools: 2, KPool: 2, Tail: true, Scale: 1}
-	l := &npu.SeqLayout{QueryStart: []int{0, 2}, Pos: []int{3}, PoolSlots: [][]int32{{0, 1}}} // needs 2 pools
-	q, w, pooled := be.Alloc(npu.F32, 2, 2*3), be.Alloc(npu.F32, 2, 2), be.Alloc(npu.F32, 4, 3)
-	if !atPanics(func() { be.DSAIndex(be.Alloc(npu.I32, 2, 4), q, w, pooled, l, p) }) {
-		t.Error("wrong width did not panic")
+	// Positions 0..4 in blocks of 2: pools 0 and 1 in blocks 0 and 1, the
+	// tail in block 2.
+	lay := func(bs int, bt ...int32) *npu.BatchLayout {
+		return &npu.BatchLayout{QueryStart: []int{0, 2}, Pos: []int{3}, StateSlot: []int{0}, BlockSize: bs, BlockTables: [][]int32{bt}}
 	}
-	l.PoolSlots = [][]int32{{0, 4}}
-	if !atPanics(func() { be.DSAIndex(be.Alloc(npu.I32, 2, 5), q, w, pooled, l, p) }) {
-		t.Error("pool slot out of range did not panic")
+	q, w, pooled := npu.Must(be.Alloc(npu.F32, 2, 2*3)), npu.Must(be.Alloc(npu.F32, 2, 2)), npu.Must(be.Alloc(npu.F32, 4, 3))
+	for _, c := range []struct {
+		what  string
+		seqs  *npu.SeqLayout
+		width int
+		msg   string
+	}{
+		{"wrong width", upLayout(t, be, lay(2, 0, 1, 2)), 4, "DSAIndex out"},
+		{"pool row out of range", upLayout(t, be, lay(2, 0, 4, 2)), 5, "pool 1 of sequence 0 at row 4 outside a cache of 4 rows"},
+		{"unassigned pool block", upLayout(t, be, lay(2, 0, -1, 2)), 5, "pool 1 of sequence 0 at row -1"},
+		// A block table too narrow for the pools (BatchLayout.Check refuses
+		// it on the host; the op must too).
+		{"missing pool block", rawLayout(be, lay(2, 0)), 5, "not 2 pools of 2"},
+		{"block size not a multiple of the pool", upLayout(t, be, lay(3, 0, 1)), 5, "not a multiple of the pool"},
+	} {
+		if msg := atPanicMsg(func() { be.DSAIndex(npu.Must(be.Alloc(npu.I32, 2, c.width)), q, w, pooled, c.seqs, p) }); !strings.Contains(msg, c.msg) {
+			t.Errorf("%s: panic %q, want one containing %q", c.what, msg, c.msg)
+		}
 	}
-	l.PoolSlots = [][]int32{{0}}
-	if !atPanics(func() { be.DSAIndex(be.Alloc(npu.I32, 2, 5), q, w, pooled, l, p) }) {
-		t.Error("missing pool slot did not panic")
-	}
-	l.PoolSlots = [][]int32{{0, 3}}
-	be.DSAIndex(be.Alloc(npu.I32, 2, 5), q, w, pooled, l, p)
+	be.DSAIndex(npu.Must(be.Alloc(npu.I32, 2, 5)), q, w, pooled, upLayout(t, be, lay(2, 0, 3, 1)), p)
 }
 
 // BenchmarkDSAIndex scores 32 heads of 128 against the pools of a 64K-token
@@ -333,12 +349,12 @@ func BenchmarkDSAIndex(b *testing.B) {
 			be := New(0)
 			const Hi, d, kp, ctx = 32, 128, 4, 65536
 			r := rand.New(rand.NewPCG(1, 1))
-			lay := newDSALayout(r, []int{ctx - T}, []int{T}, kp)
+			lay := newDSALayout(b, be, r, []int{ctx - T}, []int{T}, kp, kp)
 			p := npu.IndexParams{TopKPools: 512, KPool: kp, Tail: true, Scale: float32(1 / math.Sqrt(d))}
 			q := atF32(be, atNormal(r, T*Hi*d, 0, 1), T, Hi*d)
 			w := atF32(be, atNormal(r, T*Hi, 0, 1), T, Hi)
 			pooled := atF32(be, atNormal(r, lay.nslots*d, 0, 1), lay.nslots, d)
-			out := be.Alloc(npu.I32, T, dsaWidth(p))
+			out := npu.Must(be.Alloc(npu.I32, T, dsaWidth(p)))
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				be.DSAIndex(out, q, w, pooled, lay.seqs, p)

@@ -37,7 +37,7 @@ func (be *Backend) HCPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, 
 	eps := p.Eps
 	// The mixing logits of every token in one (SIMD) matmul; the RMS
 	// normalisation is a per-token scalar applied afterwards.
-	mt := be.Alloc(npu.F32, T, mix)
+	mt := temp(npu.F32, T, mix)
 	defer be.Free(mt)
 	be.MatMul(mt, x.Reshape(T, nD), fn.Reshape(mix, nD))
 	mall := F32(mt)

@@ -138,9 +138,9 @@ func TestHCPre(t *testing.T) {
 			fn, fnv := mdlTensor(be, c.fnType, mdlRand(r, mix*c.n*c.D, 0.3), mix, c.n*c.D)
 			base, bv := mdlTensor(be, npu.F32, mdlRand(r, mix, 0.5), mix)
 			scale, sv := mdlTensor(be, npu.F32, []float32{1.1, 0.7, 1.3}, 3)
-			col := be.Alloc(npu.F32, c.T, c.D)
-			post := be.Alloc(npu.F32, c.T, c.n)
-			comb := be.Alloc(npu.F32, c.T, c.n, c.n)
+			col := npu.Must(be.Alloc(npu.F32, c.T, c.D))
+			post := npu.Must(be.Alloc(npu.F32, c.T, c.n))
+			comb := npu.Must(be.Alloc(npu.F32, c.T, c.n, c.n))
 			be.HCPre(col, post, comb, x, fn, base, scale, npu.HCParams{Streams: c.n, SinkhornIters: c.iters, Eps: c.eps, RMSEps: c.rmsEps})
 			wc, wp, wm := hcPreRef(xv, fnv, bv, sv, c.T, c.n, c.D, c.iters, float64(c.eps), float64(c.rmsEps))
 			mdlClose(t, "post", F32(post), wp, 1e-5, 1e-5)
@@ -184,7 +184,7 @@ func TestHCPostMean(t *testing.T) {
 			y, yv := mdlTensor(be, npu.F32, mdlRand(r, c.T*c.D, 1), c.T, c.D)
 			post, pv := mdlTensor(be, npu.F32, mdlRand(r, c.T*c.n, 1), c.T, c.n)
 			comb, cv := mdlTensor(be, npu.F32, mdlRand(r, c.T*c.n*c.n, 1), c.T, c.n, c.n)
-			out := be.Alloc(npu.F32, c.T, c.n, c.D)
+			out := npu.Must(be.Alloc(npu.F32, c.T, c.n, c.D))
 			be.HCPost(out, y, post, comb, x)
 			want := make([]float64, c.T*c.n*c.D)
 			for tt := range c.T {
@@ -200,7 +200,7 @@ func TestHCPostMean(t *testing.T) {
 			}
 			mdlClose(t, "HCPost", F32(out), want, 1e-5, 1e-5)
 
-			mean := be.Alloc(npu.F32, c.T, c.D)
+			mean := npu.Must(be.Alloc(npu.F32, c.T, c.D))
 			be.HCMean(mean, x)
 			wm := make([]float64, c.T*c.D)
 			for tt := range c.T {

@@ -85,7 +85,7 @@ func TestHFGoldenKDA(t *testing.T) {
 	f := g.f32("kda_f")
 	for _, form := range []string{"lb", "sp"} {
 		t.Run("gate_"+form, func(t *testing.T) {
-			out := be.Alloc(npu.F32, T, H*K)
+			out := npu.Must(be.Alloc(npu.F32, T, H*K))
 			p := npu.KDAGateParams{HasLowerBound: form == "lb", LowerBound: -5, HeadDim: K}
 			be.KDAGate(out, atF32(be, f, T, H*K), atF32(be, g.f32("kda_dt_bias"), H*K), atF32(be, g.f32("kda_a_log"), H), p)
 			atCheck(t, "g", F32(out), g.f32("kda_g_"+form), 1e-6)
@@ -93,8 +93,8 @@ func TestHFGoldenKDA(t *testing.T) {
 		for _, chunk := range []int{64, 7, 0} {
 			t.Run(fmt.Sprintf("kda_%s_chunk%d", form, chunk), func(t *testing.T) {
 				state := atF32(be, g.f32("kda_s0"), 1, H, K, K)
-				out := be.Alloc(npu.F32, T, H*K)
-				seqs := &npu.SeqLayout{QueryStart: []int{0, T}, Pos: []int{0}, StateSlot: []int{0}}
+				out := npu.Must(be.Alloc(npu.F32, T, H*K))
+				seqs := upLayout(t, be, stateLayout([]int{0, T}, nil, []int{0}))
 				be.KDA(out, atF32(be, g.f32("kda_qkv"), T, 3*H*K), atF32(be, g.f32("kda_g_"+form), T, H*K),
 					atF32(be, g.f32("kda_beta"), T, H), state, seqs, H, K, chunk)
 				for _, ref := range []string{"chunk", "rec"} {
@@ -115,25 +115,28 @@ func TestHFGoldenIndexer(t *testing.T) {
 	if len(ref) != P*Di {
 		t.Fatalf("golden has %d pooled values, want %d", len(ref), P*Di)
 	}
-	pooled := be.Alloc(npu.F32, P, Di)
+	pooled := npu.Must(be.Alloc(npu.F32, P, Di))
 	be.KPool(pooled, atF32(be, g.f32("idx_keys")[:P*kp*Di], P*kp, Di), atF32(be, g.f32("idx_gates")[:P*kp*Di], P*kp, Di),
 		atF32(be, g.f32("idx_ape"), kp, Di))
 	atCheck(t, "pooled keys", F32(pooled), ref, 1e-6)
 
 	hf, shape := g.i32("idx_sel")
 	width := shape[1]
-	slots := make([]int32, P)
-	for i := range slots {
-		slots[i] = int32(i)
+	// Blocks of one pool, in order: pool i at pooled row i (the last block
+	// holds the incomplete tail pool only).
+	blocks := make([]int32, (T+kp-1)/kp)
+	for i := range blocks {
+		blocks[i] = int32(i)
 	}
-	seqs := &npu.SeqLayout{QueryStart: []int{0, T}, Pos: []int{0}, PoolSlots: [][]int32{slots}}
+	host := &npu.BatchLayout{QueryStart: []int{0, T}, Pos: []int{0}, StateSlot: []int{0}, BlockSize: kp, BlockTables: [][]int32{blocks}}
+	seqs := upLayout(t, be, host)
 	p := npu.IndexParams{TopKPools: 16 / kp, KPool: kp, Tail: true, Scale: float32(g.IdxScale)}
-	out := be.Alloc(npu.I32, T, width)
+	out := npu.Must(be.Alloc(npu.I32, T, width))
 	q, w := g.f32("idx_q"), g.f32("idx_w")
 	be.DSAIndex(out, atF32(be, q, T, Hi*Di), atF32(be, w, T, Hi), atF32(be, ref, P, Di), seqs, p)
 	got := I32(out)
 	// Our rows must be exactly the float64 reference with its tie rule.
-	want, scores := dsaRef(q, w, ref, seqs, Hi, Di, p, width)
+	want, scores := dsaRef(q, w, ref, host, Hi, Di, p, width)
 	if !slices.Equal(got, want) {
 		t.Errorf("selection differs from the float64 reference")
 	}
@@ -191,16 +194,17 @@ func TestHFGoldenMLA(t *testing.T) {
 	be := New(2)
 	const T, H, dk, dv, R = 45, 4, 16, 16, 32
 	sel, shape := g.i32("idx_sel")
-	slots := make([]int32, T)
-	for i := range slots {
-		slots[i] = int32(i)
+	// One position per block, in order: position p at latent row p.
+	blocks := make([]int32, T)
+	for i := range blocks {
+		blocks[i] = int32(i)
 	}
-	seqs := &npu.SeqLayout{QueryStart: []int{0, T}, Pos: []int{0}, TokenSlots: [][]int32{slots}}
+	seqs := upLayout(t, be, &npu.BatchLayout{QueryStart: []int{0, T}, Pos: []int{0}, StateSlot: []int{0}, BlockSize: 1, BlockTables: [][]int32{blocks}})
 	for _, force := range []int{1, 2} {
 		t.Run(fmt.Sprint("force", force), func(t *testing.T) {
 			defer func(f int) { mlaForce = f }(mlaForce)
 			mlaForce = force
-			out := be.Alloc(npu.F32, T, H*dv)
+			out := npu.Must(be.Alloc(npu.F32, T, H*dv))
 			be.SparseMLA(out, atF32(be, g.f32("mla_q"), T, H*dk), atF32(be, g.f32("mla_latents"), T, R),
 				atF32(be, g.f32("mla_kvb"), H*(dk+dv), R), atI32(be, sel, T, shape[1]), seqs, H, dk, dv, 0.25)
 			atCheck(t, "out", F32(out), g.f32("mla_out"), 1e-5)

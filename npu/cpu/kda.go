@@ -110,7 +110,8 @@ func (be *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout
 	if H <= 0 || K <= 0 || chunk < 0 {
 		panic(fmt.Sprintf("cpu: KDA heads %d, head dim %d, chunk %d", H, K, chunk))
 	}
-	T := seqs.Rows()
+	L := readLayout("KDA", seqs)
+	T := L.Rows()
 	HK := H * K
 	switch {
 	case qkv.Numel() != T*3*HK || qkv.RowSize() != 3*HK:
@@ -128,22 +129,19 @@ func (be *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout
 		qkv: F32(qkv), g: F32(g), beta: F32(beta), out: F32(out), state: F32(state),
 		H: H, K: K, V: V, chunk: chunk,
 	}
-	B := seqs.NumSeqs()
-	if len(seqs.StateSlot) < B {
-		panic(fmt.Sprintf("cpu: KDA has %d state slots for %d sequences", len(seqs.StateSlot), B))
-	}
+	B := L.NumSeqs()
 	used := make(map[int]int, B)
 	var order []int
 	maxRows := 0
 	for b := 0; b < B; b++ {
-		n := seqs.QueryStart[b+1] - seqs.QueryStart[b]
+		n := L.QueryStart[b+1] - L.QueryStart[b]
 		if n < 0 {
-			panic(fmt.Sprintf("cpu: KDA QueryStart %v not ascending", seqs.QueryStart))
+			panic(fmt.Sprintf("cpu: KDA QueryStart %v not ascending", L.QueryStart))
 		}
 		if n == 0 {
 			continue
 		}
-		s := seqs.StateSlot[b]
+		s := L.StateSlot[b]
 		if s < 0 || s >= state.Dim(0) {
 			panic(fmt.Sprintf("cpu: KDA state slot %d of sequence %d outside %v", s, b, state))
 		}
@@ -156,8 +154,8 @@ func (be *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout
 	}
 	// Longest sequences first, so that dynamic scheduling balances.
 	sort.SliceStable(order, func(i, j int) bool {
-		ni := seqs.QueryStart[order[i]+1] - seqs.QueryStart[order[i]]
-		nj := seqs.QueryStart[order[j]+1] - seqs.QueryStart[order[j]]
+		ni := L.QueryStart[order[i]+1] - L.QueryStart[order[i]]
+		nj := L.QueryStart[order[j]+1] - L.QueryStart[order[j]]
 		return ni > nj
 	})
 	c := 0
@@ -166,8 +164,8 @@ func (be *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout
 	}
 	attnWorkers(be, len(order)*H, func() *kdaWork { return newKDAWork(K, V, c) }, func(w *kdaWork, u int) {
 		b, h := order[u/H], u%H
-		r0, r1 := seqs.QueryStart[b], seqs.QueryStart[b+1]
-		S := a.state[(seqs.StateSlot[b]*H+h)*K*V:][:K*V]
+		r0, r1 := L.QueryStart[b], L.QueryStart[b+1]
+		S := a.state[(L.StateSlot[b]*H+h)*K*V:][:K*V]
 		if chunk == 0 {
 			w.recurrent(a, S, h, r0, r1)
 			return

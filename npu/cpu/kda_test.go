@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/npuserve/npuserve/npu"
@@ -101,7 +102,7 @@ type kdaCase struct {
 	seqs                 *npu.SeqLayout
 }
 
-func newKDACase(be *Backend, r *rand.Rand, H, K int, lens []int, gate string) *kdaCase {
+func newKDACase(tb testing.TB, be *Backend, r *rand.Rand, H, K int, lens []int, gate string) *kdaCase {
 	c := &kdaCase{H: H, K: K, qs: []int{0}, nslots: len(lens) + 2}
 	for _, n := range lens {
 		c.qs = append(c.qs, c.qs[len(c.qs)-1]+n)
@@ -121,8 +122,8 @@ func newKDACase(be *Backend, r *rand.Rand, H, K int, lens []int, gate string) *k
 	c.tg = atF32(be, c.g, T, HK)
 	c.tb = atF32(be, c.beta, T, H)
 	c.ts = atF32(be, c.state, c.nslots, H, K, K)
-	c.tout = be.Alloc(npu.F32, T, H*K)
-	c.seqs = &npu.SeqLayout{QueryStart: c.qs, Pos: make([]int, len(lens)), StateSlot: c.slot}
+	c.tout = npu.Must(be.Alloc(npu.F32, T, H*K))
+	c.seqs = upLayout(tb, be, stateLayout(c.qs, nil, c.slot))
 	return c
 }
 
@@ -144,7 +145,7 @@ func TestKDA(t *testing.T) {
 		for _, chunk := range tc.chunks {
 			t.Run(fmt.Sprintf("H%d_K%d_%s_%v/chunk%d", tc.H, tc.K, tc.gate, tc.lens, chunk), func(t *testing.T) {
 				r := rand.New(rand.NewPCG(uint64(ci), 7))
-				c := newKDACase(be, r, tc.H, tc.K, tc.lens, tc.gate)
+				c := newKDACase(t, be, r, tc.H, tc.K, tc.lens, tc.gate)
 				want := kdaRef(c.qkv, c.g, c.beta, c.state, c.qs, c.slot, c.H, c.K)
 				before := kdaFallbacks.Load()
 				be.KDA(c.tout, c.tq, c.tg, c.tb, c.ts, c.seqs, c.H, c.K, chunk)
@@ -163,7 +164,7 @@ func TestKDA(t *testing.T) {
 func TestKDAExtremeGates(t *testing.T) {
 	be := New(2)
 	r := rand.New(rand.NewPCG(3, 3))
-	c := newKDACase(be, r, 2, 16, []int{40, 9}, "extreme")
+	c := newKDACase(t, be, r, 2, 16, []int{40, 9}, "extreme")
 	// Mix in a positive gate in the second sequence.
 	c.g[(c.qs[1]+3)*2*16+5] = 0.5
 	F32(c.tg)[(c.qs[1]+3)*2*16+5] = 0.5
@@ -189,7 +190,7 @@ func TestKDAContinuation(t *testing.T) {
 		t.Run(fmt.Sprint(chunks), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(11, 12))
 			lenA, lenB := 150, 36
-			whole := newKDACase(be, r, H, K, []int{lenA, lenB}, "lb")
+			whole := newKDACase(t, be, r, H, K, []int{lenA, lenB}, "lb")
 			ref := append([]float64(nil), whole.state...)
 			want := kdaRef(whole.qkv, whole.g, whole.beta, ref, whole.qs, whole.slot, H, K)
 			state := atF32(be, append([]float64(nil), whole.state...), whole.nslots, H, K, K)
@@ -203,8 +204,8 @@ func TestKDAContinuation(t *testing.T) {
 					return append(v, src[(lenA+offB)*w:(lenA+offB+nb)*w]...)
 				}
 				T := na + nb
-				seqs := &npu.SeqLayout{QueryStart: []int{0, na, T}, Pos: []int{offA, offB}, StateSlot: whole.slot}
-				out := be.Alloc(npu.F32, T, HK)
+				seqs := upLayout(t, be, stateLayout([]int{0, na, T}, []int{offA, offB}, whole.slot))
+				out := npu.Must(be.Alloc(npu.F32, T, HK))
 				be.KDA(out, atF32(be, rows(whole.qkv, 3*HK), T, 3*HK), atF32(be, rows(whole.g, HK), T, HK),
 					atF32(be, rows(whole.beta, H), T, H), state, seqs, H, K, chunks[p])
 				o := F32(out)
@@ -232,7 +233,7 @@ func TestKDAGate(t *testing.T) {
 				tf := atF32(be, f, T, H*K)
 				tdt, dtb := atTensor(be, dt, atNormal(r, H*K, 0, 1), H*K)
 				tal, al := atTensor(be, dt, atNormal(r, H, 0, 1), H)
-				g := be.Alloc(npu.F32, T, H*K)
+				g := npu.Must(be.Alloc(npu.F32, T, H*K))
 				p := npu.KDAGateParams{HasLowerBound: lb, LowerBound: -5, HeadDim: K}
 				be.KDAGate(g, tf, tdt, tal, p)
 				want := make([]float64, T*H*K)
@@ -270,24 +271,27 @@ func TestKDAGate(t *testing.T) {
 func TestKDAPanics(t *testing.T) {
 	be := New(1)
 	H, K := 2, 4
-	seqs := &npu.SeqLayout{QueryStart: []int{0, 2, 3}, StateSlot: []int{1, 1}}
-	qkv := be.Alloc(npu.F32, 3, 3*H*K)
-	g := be.Alloc(npu.F32, 3, H*K)
-	beta := be.Alloc(npu.F32, 3, H)
-	out := be.Alloc(npu.F32, 3, H*K)
-	state := be.Alloc(npu.F32, 2, H, K, K)
-	if !atPanics(func() { be.KDA(out, qkv, g, beta, state, seqs, H, K, 64) }) {
-		t.Error("shared state slot did not panic")
+	seqs := func(slots ...int) *npu.SeqLayout { return upLayout(t, be, stateLayout([]int{0, 2, 3}, nil, slots)) }
+	qkv := npu.Must(be.Alloc(npu.F32, 3, 3*H*K))
+	g := npu.Must(be.Alloc(npu.F32, 3, H*K))
+	beta := npu.Must(be.Alloc(npu.F32, 3, H))
+	out := npu.Must(be.Alloc(npu.F32, 3, H*K))
+	state := npu.Must(be.Alloc(npu.F32, 2, H, K, K))
+	for _, c := range []struct {
+		what string
+		seqs *npu.SeqLayout
+		beta *npu.Tensor
+		msg  string
+	}{
+		{"shared state slot", seqs(1, 1), beta, "sequences 0 and 1 share state slot 1"},
+		{"state slot out of range", seqs(0, 2), beta, "state slot 2 of sequence 1 outside"},
+		{"bad beta shape", seqs(0, 1), npu.Must(be.Alloc(npu.F32, 3, H+1)), "KDA beta"},
+	} {
+		if msg := atPanicMsg(func() { be.KDA(out, qkv, g, c.beta, state, c.seqs, H, K, 64) }); !strings.Contains(msg, c.msg) {
+			t.Errorf("%s: panic %q, want one containing %q", c.what, msg, c.msg)
+		}
 	}
-	seqs.StateSlot = []int{0, 2}
-	if !atPanics(func() { be.KDA(out, qkv, g, beta, state, seqs, H, K, 64) }) {
-		t.Error("state slot out of range did not panic")
-	}
-	seqs.StateSlot = []int{0, 1}
-	if !atPanics(func() { be.KDA(out, qkv, g, be.Alloc(npu.F32, 3, H+1), state, seqs, H, K, 64) }) {
-		t.Error("bad beta shape did not panic")
-	}
-	be.KDA(out, qkv, g, beta, state, seqs, H, K, 64)
+	be.KDA(out, qkv, g, beta, state, seqs(0, 1), H, K, 64)
 }
 
 // BenchmarkKDAPrefill measures chunked prefill (one 1024-token sequence,
@@ -299,7 +303,7 @@ func BenchmarkKDAPrefill(b *testing.B) {
 				be := New(0)
 				const T, K = 1024, 128
 				r := rand.New(rand.NewPCG(1, 1))
-				c := newKDACase(be, r, H, K, []int{T}, "lb")
+				c := newKDACase(b, be, r, H, K, []int{T}, "lb")
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
 					be.KDA(c.tout, c.tq, c.tg, c.tb, c.ts, c.seqs, H, K, chunk)
@@ -316,7 +320,7 @@ func BenchmarkKDADecode(b *testing.B) {
 	be := New(0)
 	const H, K = 64, 128
 	r := rand.New(rand.NewPCG(1, 1))
-	c := newKDACase(be, r, H, K, []int{1, 1, 1, 1, 1, 1, 1, 1}, "lb")
+	c := newKDACase(b, be, r, H, K, []int{1, 1, 1, 1, 1, 1, 1, 1}, "lb")
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		be.KDA(c.tout, c.tq, c.tg, c.tb, c.ts, c.seqs, H, K, 0)

@@ -90,7 +90,7 @@ func TestMatMulSpecials(t *testing.T) {
 				}
 				xv[K-1] = math.Inf(1)  // row 0, last column: Inf * 0.5
 				wv[2*K+3] = math.NaN() // row 2 of w
-				out := be.Alloc(npu.F32, M, N)
+				out := npu.Must(be.Alloc(npu.F32, M, N))
 				withKernels(k, func() {
 					be.MatMul(out, coreTensor(be, npu.F32, xv, M, K), coreTensor(be, npu.BF16, wv, N, K))
 				})
@@ -105,7 +105,7 @@ func TestMatMulRank3(t *testing.T) {
 	be := New(2)
 	rng := rand.New(rand.NewPCG(3, 4))
 	xv, wv := coreRand(rng, 2*3*8, 1, npu.F32), coreRand(rng, 2*5*8, 1, npu.BF16)
-	out := be.Alloc(npu.F32, 6, 10)
+	out := npu.Must(be.Alloc(npu.F32, 6, 10))
 	// x [2,3,8] and w [2,5,8] (a slice of stacked expert weights) flatten.
 	be.MatMul(out, coreTensor(be, npu.F32, xv, 2, 3, 8), coreTensor(be, npu.BF16, wv, 2, 5, 8))
 	want, scale := matmulRef(xv, wv, 6, 10, 8)

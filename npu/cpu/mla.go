@@ -23,7 +23,7 @@ const (
 // SparseMLA is NoPE multi-head latent attention over the positions selected
 // by DSAIndex (HF Glm5NextTextAttention with build_attention_mask_from_topk
 // and eager_attention_forward). For query row t of sequence b and head h,
-// with c_s = latents[TokenSlots[b][s]] (latents [tokenSlots, R], F32, BF16
+// with c_s = latents[row of position s] (the block table gives the row; latents [tokenSlots, R], F32, BF16
 // or F16), W_UK[h] and W_UV[h] the Dk key rows and Dv value rows of head h
 // in kvB [H*(Dk+Dv), R] (F32, BF16 or F16):
 //
@@ -33,8 +33,8 @@ const (
 //
 // S_t is the set of non-negative entries of sel row t (I32 [T, width]);
 // like the reference mask, a position listed twice counts once, and sel is
-// trusted for causality. Every listed position must have a TokenSlots
-// entry. A row with no selected position (DSAIndex without tail selection,
+// trusted for causality. Every listed position must be one of
+// the sequence's positions. A row with no selected position (DSAIndex without tail selection,
 // before the first complete pool) gets zeros, as the contract says. q [T, H*Dk], out [T, H*Dv], fp32 throughout.
 //
 // Two exact forms are used, chosen per sequence by arithmetic cost. The
@@ -51,7 +51,8 @@ func (be *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Se
 		panic(fmt.Sprintf("cpu: SparseMLA %d heads, dk %d, dv %d, latents %v", H, dk, dv, latents))
 	}
 	R, nslots := latents.Dim(1), latents.Dim(0)
-	T := seqs.Rows()
+	L := readLayout("SparseMLA", seqs)
+	T := L.Rows()
 	width := sel.Dim(-1)
 	switch {
 	case kvB.Numel() != H*(dk+dv)*R || kvB.Dim(-1) != R:
@@ -63,10 +64,7 @@ func (be *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Se
 	case sel.Numel() != T*width:
 		panic(fmt.Sprintf("cpu: SparseMLA sel %v for %d rows", sel, T))
 	}
-	B := seqs.NumSeqs()
-	if len(seqs.TokenSlots) < B {
-		panic(fmt.Sprintf("cpu: SparseMLA layout of %d sequences has %d TokenSlots", B, len(seqs.TokenSlots)))
-	}
+	B := L.NumSeqs()
 	a := &mlaArgs{q: F32(q), out: F32(out), latents: latents, kvB: kvB, H: H, dk: dk, dv: dv, R: R, scale: scale}
 
 	// Per-row latent slots (each position once), validated on this goroutine.
@@ -81,30 +79,26 @@ func (be *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Se
 	}
 	var plans []seqPlan
 	for b := 0; b < B; b++ {
-		r0, r1 := seqs.QueryStart[b], seqs.QueryStart[b+1]
+		r0, r1 := L.QueryStart[b], L.QueryStart[b+1]
 		if r1 < r0 {
-			panic(fmt.Sprintf("cpu: SparseMLA QueryStart %v not ascending", seqs.QueryStart))
+			panic(fmt.Sprintf("cpu: SparseMLA QueryStart %v not ascending", L.QueryStart))
 		}
 		if r1 == r0 {
 			continue
 		}
-		ts := seqs.TokenSlots[b]
-		if len(stamp) < len(ts) {
-			stamp = make([]int32, len(ts))
+		n := L.seqLen(b)
+		if len(stamp) < n {
+			stamp = make([]int32, n)
 		}
-		clear(stamp[:len(ts)])
+		clear(stamp[:n])
 		union, total := 0, 0
 		for t := r0; t < r1; t++ {
 			for _, pos := range sels[t*width : (t+1)*width] {
 				if pos < 0 {
 					continue
 				}
-				if int(pos) >= len(ts) {
-					panic(fmt.Sprintf("cpu: SparseMLA row %d selects position %d; sequence %d has %d", t, pos, b, len(ts)))
-				}
-				s := ts[pos]
-				if s < 0 || int(s) >= nslots {
-					panic(fmt.Sprintf("cpu: SparseMLA position %d of sequence %d at slot %d outside %v", pos, b, s, latents))
+				if int(pos) >= n {
+					panic(fmt.Sprintf("cpu: SparseMLA row %d selects position %d; sequence %d has %d", t, pos, b, n))
 				}
 				if stamp[pos] == int32(t+1) {
 					continue // listed twice in this row
@@ -113,7 +107,7 @@ func (be *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Se
 					union++
 				}
 				stamp[pos] = int32(t + 1)
-				a.slots = append(a.slots, s)
+				a.slots = append(a.slots, L.tokenRow("SparseMLA", b, int(pos), nslots))
 			}
 			a.rowOff[t+1] = len(a.slots)
 			total += a.rowOff[t+1] - a.rowOff[t]
@@ -135,7 +129,7 @@ func (be *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Se
 	nblocks := 0
 	for _, pl := range plans {
 		if !pl.expanded {
-			r0, r1 := seqs.QueryStart[pl.b], seqs.QueryStart[pl.b+1]
+			r0, r1 := L.QueryStart[pl.b], L.QueryStart[pl.b+1]
 			nblocks += (r1 - r0 + mlaRowBlock - 1) / mlaRowBlock
 		}
 	}
@@ -146,7 +140,7 @@ func (be *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Se
 			if pl.expanded {
 				continue
 			}
-			r0, r1 := seqs.QueryStart[pl.b], seqs.QueryStart[pl.b+1]
+			r0, r1 := L.QueryStart[pl.b], L.QueryStart[pl.b+1]
 			for t := r0; t < r1; t += mlaRowBlock {
 				e := min(t+mlaRowBlock, r1)
 				for h := 0; h < H; h += hg {
@@ -162,7 +156,7 @@ func (be *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Se
 	}
 	for _, pl := range plans {
 		if pl.expanded {
-			be.mlaExpanded(a, seqs.QueryStart[pl.b], seqs.QueryStart[pl.b+1])
+			be.mlaExpanded(a, L.QueryStart[pl.b], L.QueryStart[pl.b+1])
 		}
 	}
 }

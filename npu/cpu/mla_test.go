@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/npuserve/npuserve/npu"
@@ -12,7 +13,7 @@ import (
 // mlaRef is expanded NoPE MLA from the equations in float64: per row and
 // head, keys and values of the selected set (positions counted once),
 // softmax of scale·q·k, weighted sum of values; zeros for an empty set.
-func mlaRef(q, lat, kvB []float64, sel []int32, width int, l *npu.SeqLayout, H, dk, dv, R int, scale float64) []float64 {
+func mlaRef(q, lat, kvB []float64, sel []int32, width int, l *npu.BatchLayout, H, dk, dv, R int, scale float64) []float64 {
 	out := make([]float64, l.Rows()*H*dv)
 	for b := 0; b < l.NumSeqs(); b++ {
 		for t := l.QueryStart[b]; t < l.QueryStart[b+1]; t++ {
@@ -21,7 +22,7 @@ func mlaRef(q, lat, kvB []float64, sel []int32, width int, l *npu.SeqLayout, H, 
 			for _, p := range sel[t*width : (t+1)*width] {
 				if p >= 0 && !seen[p] {
 					seen[p] = true
-					slots = append(slots, int(l.TokenSlots[b][p]))
+					slots = append(slots, int(l.TokenRow(b, int(p))))
 				}
 			}
 			if len(slots) == 0 {
@@ -62,28 +63,33 @@ func mlaRef(q, lat, kvB []float64, sel []int32, width int, l *npu.SeqLayout, H, 
 	return out
 }
 
-// mlaCase is a batch of sequences with latents at shuffled (paged) slots
+// mlaCase is a batch of sequences with latents in shuffled (paged) blocks
 // and random selections: subsets in random order with −1 gaps, duplicated
 // entries and one empty row.
 type mlaCase struct {
+	host   *npu.BatchLayout
 	seqs   *npu.SeqLayout
-	nslots int
+	nslots int // latent rows
 	sel    []int32
 	width  int
 }
 
-func newMLACase(r *rand.Rand, pos, lens []int, width int, dense bool) mlaCase {
-	l := &npu.SeqLayout{QueryStart: []int{0}, Pos: pos}
+// newMLACase gives each sequence the blocks of bs tokens it needs at a
+// random permutation of the cache's blocks, with spare blocks: bs == 1 puts
+// every position at an arbitrary latent row.
+func newMLACase(tb testing.TB, be *Backend, r *rand.Rand, pos, lens []int, width, bs int, dense bool) mlaCase {
+	l := &npu.BatchLayout{QueryStart: []int{0}, Pos: pos, StateSlot: make([]int, len(lens)), BlockSize: bs}
 	total := 0
 	for b, n := range lens {
 		l.QueryStart = append(l.QueryStart, l.QueryStart[b]+n)
-		total += pos[b] + n
+		total += (pos[b] + n + bs - 1) / bs
 	}
-	nslots := total + 7
-	perm := atPerm(r, nslots)
+	nblocks := total + (7+bs-1)/bs
+	perm := atPerm(r, nblocks)
 	for b, n := range lens {
-		l.TokenSlots = append(l.TokenSlots, perm[:pos[b]+n])
-		perm = perm[pos[b]+n:]
+		nb := (pos[b] + n + bs - 1) / bs
+		l.BlockTables = append(l.BlockTables, perm[:nb])
+		perm = perm[nb:]
 	}
 	T := l.Rows()
 	sel := make([]int32, T*width)
@@ -121,7 +127,7 @@ func newMLACase(r *rand.Rand, pos, lens []int, width int, dense bool) mlaCase {
 			}
 		}
 	}
-	return mlaCase{l, nslots, sel, width}
+	return mlaCase{l, upLayout(tb, be, l), nblocks * bs, sel, width}
 }
 
 func TestSparseMLA(t *testing.T) {
@@ -130,24 +136,28 @@ func TestSparseMLA(t *testing.T) {
 	lens := []int{12, 1, 9, 1, 0}
 	for _, threads := range []int{1, 3} {
 		be := New(threads)
+		bs := 1 // one position per block: arbitrary latent rows
+		if threads == 3 {
+			bs = 5 // positions scattered by blocks
+		}
 		for _, wdt := range []npu.DType{npu.F32, npu.BF16, npu.F16} {
 			for _, ldt := range []npu.DType{npu.F32, npu.BF16} {
 				for _, force := range []int{0, 1, 2} {
-					t.Run(fmt.Sprintf("threads%d_w%v_lat%v_force%d", threads, wdt, ldt, force), func(t *testing.T) {
+					t.Run(fmt.Sprintf("threads%d_bs%d_w%v_lat%v_force%d", threads, bs, wdt, ldt, force), func(t *testing.T) {
 						r := rand.New(rand.NewPCG(uint64(threads), uint64(force)))
-						c := newMLACase(r, pos, lens, 160, false)
-						T := c.seqs.Rows()
+						c := newMLACase(t, be, r, pos, lens, 160, bs, false)
+						T := c.host.Rows()
 						tq := atF32(be, atNormal(r, T*H*dk, 0, 2), T, H*dk)
 						q := append([]float64(nil), atWiden(F32(tq))...)
 						tl, lat := atTensor(be, ldt, atNormal(r, c.nslots*R, 0, 1), c.nslots, R)
 						tw, kvB := atTensor(be, wdt, atNormal(r, H*(dk+dv)*R, 0, 1/math.Sqrt(R)), H*(dk+dv), R)
-						out := be.Alloc(npu.F32, T, H*dv)
+						out := npu.Must(be.Alloc(npu.F32, T, H*dv))
 						F32(out)[0] = 123 // outputs are overwritten
 						const scale = 0.45
 						defer func(f int) { mlaForce = f }(mlaForce)
 						mlaForce = force
 						be.SparseMLA(out, tq, tl, tw, atI32(be, c.sel, T, c.width), c.seqs, H, dk, dv, scale)
-						want := mlaRef(q, lat, kvB, c.sel, c.width, c.seqs, H, dk, dv, R, scale)
+						want := mlaRef(q, lat, kvB, c.sel, c.width, c.host, H, dk, dv, R, scale)
 						atCheck(t, "out", F32(out), want, 5e-6)
 						for i := 1 * H * dv; i < 2*H*dv; i++ {
 							if F32(out)[i] != 0 {
@@ -167,43 +177,57 @@ func TestSparseMLALarger(t *testing.T) {
 	const H, dk, dv, R = 4, 32, 32, 64
 	be := New(2)
 	for _, force := range []int{1, 2} {
-		t.Run(fmt.Sprint("force", force), func(t *testing.T) {
-			r := rand.New(rand.NewPCG(4, 4))
-			c := newMLACase(r, []int{0, 70}, []int{40, 1}, 80, true)
-			T := c.seqs.Rows()
-			qv := atNormal(r, T*H*dk, 0, 1)
-			tq := atF32(be, qv, T, H*dk)
-			tl, lat := atTensor(be, npu.BF16, atNormal(r, c.nslots*R, 0, 1), c.nslots, R)
-			tw, kvB := atTensor(be, npu.BF16, atNormal(r, H*(dk+dv)*R, 0, 1/math.Sqrt(R)), H*(dk+dv), R)
-			out := be.Alloc(npu.F32, T, H*dv)
-			defer func(f int) { mlaForce = f }(mlaForce)
-			mlaForce = force
-			scale := 1 / math.Sqrt(dk)
-			be.SparseMLA(out, tq, tl, tw, atI32(be, c.sel, T, c.width), c.seqs, H, dk, dv, float32(scale))
-			want := mlaRef(qv, lat, kvB, c.sel, c.width, c.seqs, H, dk, dv, R, float64(float32(scale)))
-			atCheck(t, "out", F32(out), want, 5e-6)
-		})
+		for _, bs := range []int{1, 16} {
+			t.Run(fmt.Sprintf("force%d_bs%d", force, bs), func(t *testing.T) {
+				r := rand.New(rand.NewPCG(4, 4))
+				c := newMLACase(t, be, r, []int{0, 70}, []int{40, 1}, 80, bs, true)
+				T := c.host.Rows()
+				qv := atNormal(r, T*H*dk, 0, 1)
+				tq := atF32(be, qv, T, H*dk)
+				tl, lat := atTensor(be, npu.BF16, atNormal(r, c.nslots*R, 0, 1), c.nslots, R)
+				tw, kvB := atTensor(be, npu.BF16, atNormal(r, H*(dk+dv)*R, 0, 1/math.Sqrt(R)), H*(dk+dv), R)
+				out := npu.Must(be.Alloc(npu.F32, T, H*dv))
+				defer func(f int) { mlaForce = f }(mlaForce)
+				mlaForce = force
+				scale := 1 / math.Sqrt(dk)
+				be.SparseMLA(out, tq, tl, tw, atI32(be, c.sel, T, c.width), c.seqs, H, dk, dv, float32(scale))
+				want := mlaRef(qv, lat, kvB, c.sel, c.width, c.host, H, dk, dv, R, float64(float32(scale)))
+				atCheck(t, "out", F32(out), want, 5e-6)
+			})
+		}
 	}
 }
 
 func TestSparseMLAPanics(t *testing.T) {
 	be := New(1)
 	const H, dk, dv, R = 1, 2, 2, 3
-	l := &npu.SeqLayout{QueryStart: []int{0, 1}, Pos: []int{2}, TokenSlots: [][]int32{{0, 1, 2}}}
-	q, out := be.Alloc(npu.F32, 1, H*dk), be.Alloc(npu.F32, 1, H*dv)
-	lat, kvB := be.Alloc(npu.F32, 3, R), be.Alloc(npu.F32, H*(dk+dv), R)
-	if !atPanics(func() { be.SparseMLA(out, q, lat, kvB, atI32(be, []int32{0, 3}, 1, 2), l, H, dk, dv, 1) }) {
-		t.Error("position beyond TokenSlots did not panic")
+	// One row at position 2: positions 0..2, one per block.
+	lay := func(bt ...int32) *npu.BatchLayout {
+		return &npu.BatchLayout{QueryStart: []int{0, 1}, Pos: []int{2}, StateSlot: []int{0}, BlockSize: 1, BlockTables: [][]int32{bt}}
 	}
-	l.TokenSlots = [][]int32{{0, 1, 5}}
-	if !atPanics(func() { be.SparseMLA(out, q, lat, kvB, atI32(be, []int32{0, 2}, 1, 2), l, H, dk, dv, 1) }) {
-		t.Error("slot out of range did not panic")
+	l := upLayout(t, be, lay(0, 1, 2))
+	q, out := npu.Must(be.Alloc(npu.F32, 1, H*dk)), npu.Must(be.Alloc(npu.F32, 1, H*dv))
+	lat, kvB := npu.Must(be.Alloc(npu.F32, 3, R)), npu.Must(be.Alloc(npu.F32, H*(dk+dv), R))
+	for _, c := range []struct {
+		what string
+		seqs *npu.SeqLayout
+		kvB  *npu.Tensor
+		sel  []int32
+		msg  string
+	}{
+		{"position beyond the sequence", l, kvB, []int32{0, 3}, "selects position 3; sequence 0 has 3"},
+		{"row out of range", upLayout(t, be, lay(0, 1, 5)), kvB, []int32{0, 2}, "position 2 of sequence 0 in block 5 outside a cache of 3 rows"},
+		{"unassigned block", upLayout(t, be, lay(0, -1, 2)), kvB, []int32{0, 1}, "position 1 of sequence 0 in block -1"},
+		// A block table too narrow for the positions (BatchLayout.Check
+		// refuses it on the host; the op must too).
+		{"missing block", rawLayout(be, lay(0, 1)), kvB, []int32{0, 2}, "position 2 of sequence 0 outside its 3 positions"},
+		{"bad kvB shape", l, npu.Must(be.Alloc(npu.F32, H*(dk+dv), R+1)), []int32{0, 1}, "SparseMLA kvB"},
+	} {
+		if msg := atPanicMsg(func() { be.SparseMLA(out, q, lat, c.kvB, atI32(be, c.sel, 1, 2), c.seqs, H, dk, dv, 1) }); !strings.Contains(msg, c.msg) {
+			t.Errorf("%s: panic %q, want one containing %q", c.what, msg, c.msg)
+		}
 	}
-	if !atPanics(func() {
-		be.SparseMLA(out, q, lat, be.Alloc(npu.F32, H*(dk+dv), R+1), atI32(be, []int32{0, 1}, 1, 2), l, H, dk, dv, 1)
-	}) {
-		t.Error("bad kvB shape did not panic")
-	}
+	be.SparseMLA(out, q, lat, kvB, atI32(be, []int32{0, 1}, 1, 2), upLayout(t, be, lay(0, 1, 5)), H, dk, dv, 1)
 	be.SparseMLA(out, q, lat, kvB, atI32(be, []int32{0, 1}, 1, 2), l, H, dk, dv, 1)
 }
 
@@ -238,17 +262,17 @@ func BenchmarkSparseMLA(b *testing.B) {
 			if bc.dense {
 				width = bc.rows
 			}
-			c := newMLACase(r, []int{bc.pos}, []int{bc.rows}, width, bc.dense)
+			c := newMLACase(b, be, r, []int{bc.pos}, []int{bc.rows}, width, 1, bc.dense)
 			if !bc.dense {
 				for i := range c.sel {
 					c.sel[i] = int32(i * 2)
 				}
 			}
-			T := c.seqs.Rows()
+			T := c.host.Rows()
 			tq := atF32(be, atNormal(r, T*H*dk, 0, 1), T, H*dk)
 			tl, _ := atTensor(be, npu.BF16, atNormal(r, c.nslots*R, 0, 1), c.nslots, R)
 			tw, _ := atTensor(be, npu.BF16, atNormal(r, H*(dk+dv)*R, 0, 0.05), H*(dk+dv), R)
-			out := be.Alloc(npu.F32, T, H*dv)
+			out := npu.Must(be.Alloc(npu.F32, T, H*dv))
 			sel := atI32(be, c.sel, T, c.width)
 			defer func(f int) { mlaForce = f }(mlaForce)
 			mlaForce = bc.force

@@ -182,10 +182,10 @@ func (be *Backend) moeDispatch(op string, out, x, weights, ids *npu.Tensor, k, E
 		}
 	}
 	rows := min(T, moeChunk) * k
-	xg := be.Alloc(npu.F32, rows, D)   // inputs gathered by expert
-	gu := be.Alloc(npu.F32, rows, 2*I) // gate | up projections
-	h := be.Alloc(npu.F32, rows, I)    // clamped SwiGLU
-	y := be.Alloc(npu.F32, rows, D)    // expert outputs
+	xg := temp(npu.F32, rows, D)   // inputs gathered by expert
+	gu := temp(npu.F32, rows, 2*I) // gate | up projections
+	h := temp(npu.F32, rows, I)    // clamped SwiGLU
+	y := temp(npu.F32, rows, D)    // expert outputs
 	xgs, gus, hs, ys := F32(xg), F32(gu), F32(h), F32(y)
 	start := make([]int, E+1)
 	row := make([]int32, rows) // assignment (token-in-chunk*k + j) -> row of xg

@@ -104,8 +104,8 @@ func TestRouter(t *testing.T) {
 			x, xv := mdlTensor(be, npu.F32, mdlRand(r, c.T*c.D, 1), c.T, c.D)
 			gate, gw := mdlTensor(be, c.gate, gv, c.E, c.D)
 			bias, bw := mdlTensor(be, npu.F32, bv, c.E)
-			w := be.Alloc(npu.F32, c.T, c.p.TopK)
-			ids := be.Alloc(npu.I32, c.T, c.p.TopK)
+			w := npu.Must(be.Alloc(npu.F32, c.T, c.p.TopK))
+			ids := npu.Must(be.Alloc(npu.I32, c.T, c.p.TopK))
 			be.Router(w, ids, x, gate, bias, c.p)
 			wantIDs, wantW := routerRef(xv, gw, bw, c.T, c.D, c.E, c.p)
 			got := I32(ids)
@@ -158,7 +158,7 @@ func TestMoE(t *testing.T) {
 					idv[tt*c.k+j] = int32(perm[j])
 				}
 			}
-			ids := be.Alloc(npu.I32, c.T, c.k)
+			ids := npu.Must(be.Alloc(npu.I32, c.T, c.k))
 			copy(I32(ids), idv)
 			w, wv := mdlTensor(be, npu.F32, mdlRand(r, c.T*c.k, 1), c.T, c.k)
 			be.MoE(out, x, gu, dn, w, ids, c.limit)

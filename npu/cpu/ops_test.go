@@ -27,7 +27,7 @@ func TestCopy(t *testing.T) {
 							vals[0], vals[1], vals[2] = -2.75, 2.75, -0.5
 						}
 						src := coreTensor(be, sdt, vals, n)
-						dst := be.Alloc(ddt, n)
+						dst := npu.Must(be.Alloc(ddt, n))
 						be.Copy(dst, src)
 						want := make([]float64, n)
 						for i, v := range vals {
@@ -44,11 +44,13 @@ func TestCopy(t *testing.T) {
 	}
 	t.Run("raw-bytes", func(t *testing.T) {
 		be := New(2)
-		src := be.FromHost(npu.U8, []byte{1, 2, 3, 250}, 4)
-		dst := be.Alloc(npu.U8, 2, 2)
+		src := npu.Must(be.FromHost(npu.U8, []byte{1, 2, 3, 250}, 4))
+		dst := npu.Must(be.Alloc(npu.U8, 2, 2))
 		be.Copy(dst, src)
 		got := make([]byte, 4)
-		be.Download(got, dst)
+		if err := be.Download(got, dst); err != nil {
+			t.Fatal(err)
+		}
 		if !slices.Equal(got, []byte{1, 2, 3, 250}) {
 			t.Fatalf("U8 copy = %v", got)
 		}
@@ -57,10 +59,10 @@ func TestCopy(t *testing.T) {
 		be := New(1)
 		inf := math.Inf(1)
 		src := coreTensor(be, npu.F32, []float64{math.NaN(), inf, -inf, 3e9, -3e9, 1e-40}, 6)
-		i := be.Alloc(npu.I32, 6)
+		i := npu.Must(be.Alloc(npu.I32, 6))
 		be.Copy(i, src)
 		coreClose(t, "F32->I32", coreValues(be, i), []float64{0, math.MaxInt32, math.MinInt32, math.MaxInt32, math.MinInt32, 0}, nil, 0)
-		h := be.Alloc(npu.BF16, 6)
+		h := npu.Must(be.Alloc(npu.BF16, 6))
 		be.Copy(h, src)
 		got := coreValues(be, h)
 		if !math.IsNaN(got[0]) || got[1] != inf || got[2] != -inf {
@@ -73,7 +75,7 @@ func TestFill(t *testing.T) {
 	be := New(2)
 	for _, dt := range []npu.DType{npu.F32, npu.BF16, npu.F16} {
 		for _, n := range []int{1, 33, 100000} {
-			d := be.Alloc(dt, n)
+			d := npu.Must(be.Alloc(dt, n))
 			be.Fill(d, 1.3)
 			for i, v := range coreValues(be, d) {
 				if v != coreQuantize(1.3, dt) {
@@ -126,7 +128,7 @@ func TestAddMul(t *testing.T) {
 								}
 								out := a
 								if !alias {
-									out = be.Alloc(npu.F32, sh[0], sh[1])
+									out = npu.Must(be.Alloc(npu.F32, sh[0], sh[1]))
 								}
 								op.fn(be, out, a, b)
 								coreClose(t, op.name, coreValues(be, out), coreBinaryRef(av, bv, op.ref), nil, 0)
@@ -167,7 +169,7 @@ func TestUnary(t *testing.T) {
 						x := coreTensor(be, npu.F32, xv, n)
 						out := x
 						if !alias {
-							out = be.Alloc(npu.F32, n)
+							out = npu.Must(be.Alloc(npu.F32, n))
 						}
 						c.fn(be, out, x)
 						want := make([]float64, n)
@@ -191,7 +193,7 @@ func TestSwiGLU(t *testing.T) {
 					M, I := sh[0], sh[1]
 					rng := rand.New(rand.NewPCG(uint64(M), uint64(I)))
 					gu := coreRand(rng, M*2*I, 12, npu.F32)
-					out := be.Alloc(npu.F32, M, I)
+					out := npu.Must(be.Alloc(npu.F32, M, I))
 					be.SwiGLU(out, coreTensor(be, npu.F32, gu, M, 2*I), limit)
 					want := make([]float64, M*I)
 					L := float64(limit)
@@ -231,7 +233,7 @@ func TestSoftmax(t *testing.T) {
 					x := coreTensor(be, npu.F32, xv, M, N)
 					out := x
 					if !alias {
-						out = be.Alloc(npu.F32, M, N)
+						out = npu.Must(be.Alloc(npu.F32, M, N))
 					}
 					be.Softmax(out, x)
 					want := make([]float64, M*N)
@@ -301,7 +303,7 @@ func TestRMSNorm(t *testing.T) {
 						x := coreTensor(be, npu.F32, xv, c.rows, c.cols)
 						out := x
 						if !alias {
-							out = be.Alloc(npu.F32, c.rows, c.cols)
+							out = npu.Must(be.Alloc(npu.F32, c.rows, c.cols))
 						}
 						const eps = 1e-6
 						be.RMSNorm(out, x, w, eps)
@@ -329,7 +331,7 @@ func TestRMSNormGated(t *testing.T) {
 				xv := coreRand(rng, c.rows*c.cols, 4, npu.F32)
 				gv := coreRand(rng, c.rows*c.cols, 6, npu.F32)
 				wv := coreRand(rng, c.n, 2, npu.F32)
-				out := be.Alloc(npu.F32, c.rows, c.cols)
+				out := npu.Must(be.Alloc(npu.F32, c.rows, c.cols))
 				const eps = 1e-5
 				be.RMSNormGated(out, coreTensor(be, npu.F32, xv, c.rows, c.cols), coreTensor(be, npu.F32, gv, c.rows, c.cols), coreTensor(be, npu.F32, wv, c.n), eps)
 				want := make([]float64, len(xv))
@@ -364,7 +366,7 @@ func TestLayerNorm(t *testing.T) {
 						bv = coreRand(rng, c.n, 1, npu.F32)
 						b = coreTensor(be, npu.F32, bv, c.n)
 					}
-					out := be.Alloc(npu.F32, c.rows, c.cols)
+					out := npu.Must(be.Alloc(npu.F32, c.rows, c.cols))
 					const eps = 1e-5
 					be.LayerNorm(out, coreTensor(be, npu.F32, xv, c.rows, c.cols), coreTensor(be, npu.BF16, wv, c.n), b, eps)
 					want := make([]float64, len(xv))
@@ -403,7 +405,7 @@ func TestL2Norm(t *testing.T) {
 					x := coreTensor(be, npu.F32, xv, c.rows, c.cols)
 					out := x
 					if !alias {
-						out = be.Alloc(npu.F32, c.rows, c.cols)
+						out = npu.Must(be.Alloc(npu.F32, c.rows, c.cols))
 					}
 					const eps = 1e-6
 					be.L2Norm(out, x, c.n, eps)
@@ -491,9 +493,9 @@ func TestConv1d(t *testing.T) {
 					wv := coreRand(rng, C*W, 1, npu.BF16)
 					sv := coreRand(rng, slots*H*C, 2, npu.F32)
 					state := coreTensor(be, npu.F32, sv, slots, H, C)
-					out := be.Alloc(npu.F32, T, C)
+					out := npu.Must(be.Alloc(npu.F32, T, C))
 					be.Conv1d(out, coreTensor(be, npu.F32, xv, T, C), state, coreTensor(be, npu.BF16, wv, C, W),
-						&npu.SeqLayout{QueryStart: qs, StateSlot: slot}, silu)
+						upLayout(t, be, stateLayout(qs, nil, slot)), silu)
 					want, scale := make([]float64, T*C), make([]float64, T*C)
 					wantState := slices.Clone(sv)
 					for b := 0; b < B; b++ {
@@ -527,16 +529,16 @@ func TestConv1dContinuation(t *testing.T) {
 			w := coreTensor(be, tc.wdt, coreRand(rng, C*W, 1, tc.wdt), C, W)
 			slot := []int{1, 0}
 			whole := [2][]float64{}
-			wholeState := be.Alloc(npu.F32, 2, W-1, C)
+			wholeState := npu.Must(be.Alloc(npu.F32, 2, W-1, C))
 			for b := 0; b < 2; b++ {
-				out := be.Alloc(npu.F32, L, C)
+				out := npu.Must(be.Alloc(npu.F32, L, C))
 				be.Conv1d(out, coreTensor(be, npu.F32, xs[b], L, C), wholeState, w,
-					&npu.SeqLayout{QueryStart: []int{0, L}, StateSlot: []int{slot[b]}}, silu)
+					upLayout(t, be, stateLayout([]int{0, L}, nil, []int{slot[b]})), silu)
 				whole[b] = coreValues(be, out)
 			}
 			// Pieces: both sequences batched, cut at different points, then
 			// the last 5 rows of each as decode steps.
-			state := be.Alloc(npu.F32, 2, W-1, C)
+			state := npu.Must(be.Alloc(npu.F32, 2, W-1, C))
 			got := [2][]float64{}
 			cuts := [][2]int{{0, 0}, {1, 6}, {2, 13}, {13, 14}, {18, 18}}
 			for i := 0; i+1 < len(cuts); i++ {
@@ -544,18 +546,18 @@ func TestConv1dContinuation(t *testing.T) {
 				b0, b1 := cuts[i][1], cuts[i+1][1]
 				rows := append(slices.Clone(xs[0][a0*C:a1*C]), xs[1][b0*C:b1*C]...)
 				T := (a1 - a0) + (b1 - b0)
-				out := be.Alloc(npu.F32, T, C)
+				out := npu.Must(be.Alloc(npu.F32, T, C))
 				be.Conv1d(out, coreTensor(be, npu.F32, rows, T, C), state, w,
-					&npu.SeqLayout{QueryStart: []int{0, a1 - a0, T}, StateSlot: slot}, silu)
+					upLayout(t, be, stateLayout([]int{0, a1 - a0, T}, []int{a0, b0}, slot)), silu)
 				ov := coreValues(be, out)
 				got[0] = append(got[0], ov[:(a1-a0)*C]...)
 				got[1] = append(got[1], ov[(a1-a0)*C:]...)
 			}
 			for r := 18; r < L; r++ {
 				rows := append(slices.Clone(xs[0][r*C:(r+1)*C]), xs[1][r*C:(r+1)*C]...)
-				out := be.Alloc(npu.F32, 2, C)
+				out := npu.Must(be.Alloc(npu.F32, 2, C))
 				be.Conv1dUpdate(out, coreTensor(be, npu.F32, rows, 2, C), state, w,
-					&npu.SeqLayout{QueryStart: []int{0, 1, 2}, StateSlot: slot}, silu)
+					upLayout(t, be, stateLayout([]int{0, 1, 2}, []int{r, r}, slot)), silu)
 				ov := coreValues(be, out)
 				got[0] = append(got[0], ov[:C]...)
 				got[1] = append(got[1], ov[C:]...)
@@ -611,7 +613,7 @@ func TestTopK(t *testing.T) {
 							xv[i] = coreQuantize(rng.Float64(), npu.F32)
 						}
 					}
-					vals, idx := be.Alloc(npu.F32, M, k), be.Alloc(npu.I32, M, k)
+					vals, idx := npu.Must(be.Alloc(npu.F32, M, k)), npu.Must(be.Alloc(npu.I32, M, k))
 					be.TopK(vals, idx, coreTensor(be, npu.F32, xv, M, N), k)
 					gv, gi := coreValues(be, vals), coreValues(be, idx)
 					for m := 0; m < M; m++ {
@@ -649,7 +651,7 @@ func TestGatherScatterEmbedding(t *testing.T) {
 						}
 					}
 					for _, op := range []string{"Gather", "Embedding"} {
-						out := be.Alloc(cv.out, M, D)
+						out := npu.Must(be.Alloc(cv.out, M, D))
 						if op == "Gather" {
 							be.Gather(out, table, idT)
 						} else {
@@ -686,7 +688,7 @@ func TestViews(t *testing.T) {
 	bv := coreRand(rng, 10*6, 3, npu.F32)
 	big := coreTensor(be, npu.F32, bv, 10, 6)
 	a := big.Rows(3, 7)
-	out := be.Alloc(npu.F32, 4, 6)
+	out := npu.Must(be.Alloc(npu.F32, 4, 6))
 	be.Add(out, a, big.Rows(9, 10).Reshape(6))
 	want := make([]float64, 24)
 	for i := range want {
@@ -697,7 +699,8 @@ func TestViews(t *testing.T) {
 
 func TestShapePanics(t *testing.T) {
 	be := New(1)
-	f := func(shape ...int) *npu.Tensor { return be.Alloc(npu.F32, shape...) }
+	f := func(shape ...int) *npu.Tensor { return npu.Must(be.Alloc(npu.F32, shape...)) }
+	slot1 := upLayout(t, be, stateLayout([]int{0, 1}, nil, []int{1})) // beyond a state of one slot
 	cases := []struct {
 		name string
 		fn   func()
@@ -706,15 +709,15 @@ func TestShapePanics(t *testing.T) {
 		{"Add bcast", func() { be.Add(f(2, 3), f(2, 3), f(2)) }},
 		{"MatMul K", func() { be.MatMul(f(2, 3), f(2, 4), f(3, 5)) }},
 		{"MatMul out", func() { be.MatMul(f(2, 4), f(2, 5), f(3, 5)) }},
-		{"MatMul I32 weight", func() { be.MatMul(f(2, 3), f(2, 5), be.Alloc(npu.I32, 3, 5)) }},
+		{"MatMul I32 weight", func() { be.MatMul(f(2, 3), f(2, 5), npu.Must(be.Alloc(npu.I32, 3, 5))) }},
 		{"RMSNorm group", func() { be.RMSNorm(f(2, 5), f(2, 5), f(3), 1e-6) }},
-		{"TopK k", func() { be.TopK(f(1, 5), be.Alloc(npu.I32, 1, 5), f(1, 4), 5) }},
+		{"TopK k", func() { be.TopK(f(1, 5), npu.Must(be.Alloc(npu.I32, 1, 5)), f(1, 4), 5) }},
 		{"Gather range", func() { be.Gather(f(1, 2), f(3, 2), coreTensor(be, npu.I32, []float64{3}, 1)) }},
 		{"Gather dtype", func() { be.Gather(f(1, 2), f(3, 2), f(1)) }},
 		{"Conv1d slot", func() {
-			be.Conv1d(f(1, 2), f(1, 2), f(1, 3, 2), f(2, 4), &npu.SeqLayout{QueryStart: []int{0, 1}, StateSlot: []int{1}}, false)
+			be.Conv1d(f(1, 2), f(1, 2), f(1, 3, 2), f(2, 4), slot1, false)
 		}},
-		{"Fill I32", func() { be.Fill(be.Alloc(npu.I32, 2), 1) }},
+		{"Fill I32", func() { be.Fill(npu.Must(be.Alloc(npu.I32, 2)), 1) }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -53,7 +53,7 @@ func BenchmarkGEMMInt8VsF32(b *testing.B) {
 	be.PrepareQuant(mx)
 	for _, m := range []int{1, 32, 256} {
 		x := f32Tensor(be, randF32(rng, m*n, 1), m, n)
-		out := be.Alloc(npu.F32, m, n)
+		out := npu.Must(be.Alloc(npu.F32, m, n))
 		ops := 2 * float64(m) * n * n
 		b.Run(fmt.Sprintf("f32/%s/M%d", activeKernels.name, m), func(b *testing.B) {
 			be.MatMul(out, x, wF32)

@@ -28,7 +28,7 @@ func randF32(rng *rand.Rand, n int, std float64) []float32 {
 
 // f32Tensor uploads values as an F32 tensor of the given shape.
 func f32Tensor(be *Backend, v []float32, shape ...int) *npu.Tensor {
-	t := be.Alloc(npu.F32, shape...)
+	t := npu.Must(be.Alloc(npu.F32, shape...))
 	copy(F32(t), v)
 	return t
 }
@@ -61,7 +61,7 @@ func makeQuantWeight(t testing.TB, be *Backend, w []float32, E, n, k int, s quan
 			in, _ := quant.DecodeFloats(m["input_scale"].Data, npu.F32)
 			qw.InputScale = in[0]
 			qw.InputOffset = int32(int8(m["input_offset"].Data[0]))
-			qw.QuantBias = be.Alloc(npu.I32, n)
+			qw.QuantBias = npu.Must(be.Alloc(npu.I32, n))
 			copy(bytesOf(qw.QuantBias), m["quant_bias"].Data)
 			deq, _ := quant.DecodeFloats(m["deq_scale"].Data, npu.F32)
 			qw.DeqScale = f32Tensor(be, deq, n)
@@ -74,15 +74,15 @@ func makeQuantWeight(t testing.TB, be *Backend, w []float32, E, n, k int, s quan
 	switch s {
 	case quant.W8A8Dynamic:
 		qw.Scheme = npu.QW8A8Dynamic
-		qw.Weight = be.FromHost(npu.I8, wbytes, append(lead, k)...)
+		qw.Weight = npu.Must(be.FromHost(npu.I8, wbytes, append(lead, k)...))
 		qw.Scale = f32Tensor(be, scales, lead...)
 	case quant.W8A8:
 		qw.Scheme = npu.QW8A8
-		qw.Weight = be.FromHost(npu.I8, wbytes, n, k)
+		qw.Weight = npu.Must(be.FromHost(npu.I8, wbytes, n, k))
 	case quant.W8A8MXFP8:
 		qw.Scheme = npu.QMXFP8
-		qw.Weight = be.FromHost(npu.F8E4M3, wbytes, append(lead, k)...)
-		qw.Scale = be.FromHost(npu.U8, sbytes, append(lead, (k+31)/32)...)
+		qw.Weight = npu.Must(be.FromHost(npu.F8E4M3, wbytes, append(lead, k)...))
+		qw.Scale = npu.Must(be.FromHost(npu.U8, sbytes, append(lead, (k+31)/32)...))
 	}
 	if err := qw.Check(); err != nil {
 		t.Fatal(err)
@@ -196,7 +196,7 @@ func TestMatMulQOp(t *testing.T) {
 		lo, hi := quant.MinMax(x)
 		qw := makeQuantWeight(t, be, w, 0, N, K, s, lo, hi)
 		be.PrepareQuant(qw)
-		out := be.Alloc(npu.F32, M, N)
+		out := npu.Must(be.Alloc(npu.F32, M, N))
 		be.MatMulQ(out, f32Tensor(be, x, M, K), qw)
 		o := F32(out)
 		var maxRef, maxErr float64
@@ -239,7 +239,7 @@ func TestMoEQ(t *testing.T) {
 		}
 		out := f32Tensor(be, randF32(rng, T*D, 1), T, D)
 		want := append([]float32(nil), F32(out)...)
-		idT := be.Alloc(npu.I32, T, k)
+		idT := npu.Must(be.Alloc(npu.I32, T, k))
 		copy(I32(idT), ids)
 		be.MoEQ(out, f32Tensor(be, x, T, D), gu, dn, f32Tensor(be, wts, T, k), idT, 7)
 
@@ -257,7 +257,7 @@ func TestMoEQ(t *testing.T) {
 			}
 			for _, j := range order {
 				e := int(ids[tk*k+j])
-				h := be.Alloc(npu.F32, 1, 2*I)
+				h := npu.Must(be.Alloc(npu.F32, 1, 2*I))
 				be.MatMulQ(h, f32Tensor(be, x[tk*D:(tk+1)*D], 1, D), expert(gu, e))
 				hv := F32(h)
 				act := make([]float32, I)
@@ -265,7 +265,7 @@ func TestMoEQ(t *testing.T) {
 					g, u := min(hv[i], 7), max(min(hv[I+i], 7), -7)
 					act[i] = g * sigmoid32(g) * u
 				}
-				y := be.Alloc(npu.F32, 1, D)
+				y := npu.Must(be.Alloc(npu.F32, 1, D))
 				be.MatMulQ(y, f32Tensor(be, act, 1, I), expert(dn, e))
 				for d, v := range F32(y) {
 					acc[d] += v * wts[tk*k+j]

@@ -52,19 +52,34 @@ func (m *Model) NewCache(numBlocks, blockSize, stateSlots int) (*Cache, error) {
 		TokenSlots: numBlocks * blockSize, PoolSlots: numBlocks * blockSize / d.KPool,
 		Layers: make([]LayerCache, len(m.layers)),
 	}
+	var err error
+	alloc := func(what string, l int, shape ...int) *npu.Tensor {
+		if err != nil {
+			return nil
+		}
+		var t *npu.Tensor
+		if t, err = m.be.Alloc(npu.F32, shape...); err != nil {
+			err = fmt.Errorf("glm5next: cache of layer %d (%s): %w", l, what, err)
+		}
+		return t
+	}
 	for l, ly := range m.layers {
 		lc := &c.Layers[l]
 		if ly.mla != nil {
-			lc.Latent = m.be.Alloc(npu.F32, c.TokenSlots, d.R)
+			lc.Latent = alloc("MLA latents", l, c.TokenSlots, d.R)
 			if ly.mla.idx != nil {
-				lc.IndexKeys = m.be.Alloc(npu.F32, c.TokenSlots, d.Di)
-				lc.IndexGates = m.be.Alloc(npu.F32, c.TokenSlots, d.Di)
-				lc.Pooled = m.be.Alloc(npu.F32, c.PoolSlots, d.Di)
+				lc.IndexKeys = alloc("indexer keys", l, c.TokenSlots, d.Di)
+				lc.IndexGates = alloc("indexer gates", l, c.TokenSlots, d.Di)
+				lc.Pooled = alloc("pooled indexer keys", l, c.PoolSlots, d.Di)
 			}
 		} else {
-			lc.Conv = m.be.Alloc(npu.F32, stateSlots, d.W-1, 3*d.H*d.K)
-			lc.State = m.be.Alloc(npu.F32, stateSlots, d.H, d.K, d.K)
+			lc.Conv = alloc("KDA conv window", l, stateSlots, d.W-1, 3*d.H*d.K)
+			lc.State = alloc("KDA state", l, stateSlots, d.H, d.K, d.K)
 		}
+	}
+	if err != nil {
+		c.Free(m.be)
+		return nil, err
 	}
 	return c, nil
 }

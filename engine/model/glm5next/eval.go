@@ -44,12 +44,15 @@ func (m *Model) SequenceLogits(tokens []int32, observe func(modules []string, x 
 	for i := range rows {
 		rows[i] = i
 	}
-	logits := m.Forward(cache, &Batch{
+	logits, err := m.Forward(cache, &Batch{
 		Tokens: tokens, Layout: mgr.Layout([]*kvcache.Seq{seq}, []int{len(tokens)}),
 		LogitRows: rows, ObserveLinear: observe,
 	})
+	if err != nil {
+		return nil, err
+	}
 	defer m.be.Free(logits)
-	return DownloadRows(m.be, logits), nil
+	return DownloadRows(m.be, logits)
 }
 
 // EvalResult summarises a teacher-forced comparison of a model with a

@@ -14,8 +14,9 @@ type Batch struct {
 	// Layout order.
 	Tokens []int32
 	// Layout splits the rows into sequences and addresses their cache
-	// (kvcache.Manager.Layout builds it).
-	Layout npu.SeqLayout
+	// through block tables (kvcache.Manager.Layout builds it); Forward
+	// uploads it once.
+	Layout npu.BatchLayout
 	// LogitRows are the rows whose logits Forward returns, in this order.
 	// Nil means the last row of every sequence that has rows; an empty
 	// non-nil slice computes no logits (a prefill chunk that samples
@@ -41,11 +42,13 @@ type Batch struct {
 	ObserveLinear func(modules []string, x *npu.Tensor)
 }
 
-// plan is the host-side preparation of a batch shared by all layers.
+// plan is the host-side preparation of a batch shared by all layers: the
+// batch description and its index tensors, uploaded in one copy.
 type plan struct {
 	rows     int
-	decode   bool        // every sequence has exactly one row
-	rowSlots *npu.Tensor // I32 [rows] token slot of each row
+	decode   bool           // every sequence has exactly one row
+	seqs     *npu.SeqLayout // the device form of Batch.Layout
+	rowSlots *npu.Tensor    // I32 [rows] token slot of each row (the slot mapping)
 
 	// Pools completed by this batch: the token slots of their positions
 	// (kpool per pool, in order) and their pool slots.
@@ -60,10 +63,40 @@ type plan struct {
 
 // Forward runs the batch through the model, writing its cache entries, and
 // returns the logits [len(LogitRows), vocab] (F32, on the device; the
-// caller owns the tensor and frees it with the backend's Free). A malformed
-// batch (rows, slots or ids out of range) is a programming error and
-// panics.
-func (m *Model) Forward(c *Cache, b *Batch) *npu.Tensor {
+// caller owns the tensor and frees it with the backend's Free). A failed
+// allocation or collective is returned as an error (a collective failure
+// wraps ErrCollective: the ranks can no longer be trusted to agree). A
+// malformed batch (rows, slots or ids out of range) is a programming
+// error and panics.
+func (m *Model) Forward(c *Cache, b *Batch) (logits *npu.Tensor, err error) {
+	defer func() {
+		if e := stepFailure(recover()); e != nil {
+			logits, err = nil, e
+		}
+	}()
+	return m.forward(c, b), nil
+}
+
+// stepError carries a failure out of the forward pass's helpers (an
+// allocation, a collective) to Forward, which returns it.
+type stepError struct{ err error }
+
+// stepFailure turns a recovered stepError into its error and re-panics
+// anything else (programming errors).
+func stepFailure(p any) error {
+	if p == nil {
+		return nil
+	}
+	if se, ok := p.(stepError); ok {
+		return se.err
+	}
+	panic(p)
+}
+
+// fail aborts the forward pass with err (see stepError).
+func fail(err error) { panic(stepError{err}) }
+
+func (m *Model) forward(c *Cache, b *Batch) *npu.Tensor {
 	be, d := m.be, m.d
 	p := m.prepare(c, b)
 	T := p.rows
@@ -106,7 +139,7 @@ func (m *Model) Forward(c *Cache, b *Batch) *npu.Tensor {
 		be.HCPre(col, post, comb, x, ly.hcAttn.fn, ly.hcAttn.base, ly.hcAttn.scale, m.hc)
 		be.RMSNorm(h, col, ly.inNorm, d.RMSEps)
 		if ly.kda != nil {
-			m.kda(out, h, ly.kda, lc, &b.Layout, p)
+			m.kda(out, h, ly.kda, lc, p.seqs, p)
 		} else {
 			m.dsa(out, h, ly, lc, b, p)
 		}
@@ -130,7 +163,10 @@ func (m *Model) Forward(c *Cache, b *Batch) *npu.Tensor {
 	}
 
 	R := p.nLogits
-	logits := be.Alloc(npu.F32, R, d.V)
+	logits, err := be.Alloc(npu.F32, R, d.V)
+	if err != nil {
+		fail(err)
+	}
 	if R == 0 {
 		return logits
 	}
@@ -194,7 +230,7 @@ const kdaChunk = 64
 // previous layer's selection, still in the "sel" scratch buffer).
 func (m *Model) dsa(out, h *npu.Tensor, ly *layer, lc *LayerCache, b *Batch, p *plan) {
 	be, d, T := m.be, m.d, p.rows
-	w, L := ly.mla, &b.Layout
+	w, L := ly.mla, p.seqs
 	qa := m.ws.get("dsa.qa", npu.F32, T, d.QR)
 	m.linear(qa, h, w.qA)
 	cq := m.ws.get("dsa.cq", npu.F32, T, d.QR)
@@ -268,17 +304,22 @@ func (m *Model) moeFFN(out, h *npu.Tensor, w *moeWeights, T int) {
 	m.moe(out, h, &w.experts, wts, ids)
 }
 
-// prepare validates the batch against the cache and builds the host-side
-// index tensors every layer uses.
+// prepare validates the batch against the cache, builds the host-side
+// index lists every layer uses (from the block tables: the slot mapping
+// of the new rows, the token rows and pooled rows of the pools this batch
+// completes, the logit rows) and uploads them with the layout in one copy.
 func (m *Model) prepare(c *Cache, b *Batch) *plan {
 	d, L := m.d, &b.Layout
 	if len(c.Layers) != len(m.layers) {
 		panic(fmt.Sprintf("glm5next: cache has %d layers, model %d", len(c.Layers), len(m.layers)))
 	}
-	B := L.NumSeqs()
-	if B < 0 || len(L.Pos) != B || len(L.StateSlot) != B || len(L.TokenSlots) != B || len(L.PoolSlots) != B || L.QueryStart[0] != 0 {
-		panic(fmt.Sprintf("glm5next: inconsistent layout for %d sequences", B))
+	if err := L.Check(); err != nil {
+		panic(fmt.Sprintf("glm5next: %v", err))
 	}
+	if L.BlockSize != c.BlockSize {
+		panic(fmt.Sprintf("glm5next: layout block size %d, cache %d", L.BlockSize, c.BlockSize))
+	}
+	B := L.NumSeqs()
 	T := L.Rows()
 	if len(b.Tokens) != T {
 		panic(fmt.Sprintf("glm5next: %d tokens for a layout of %d rows", len(b.Tokens), T))
@@ -290,14 +331,11 @@ func (m *Model) prepare(c *Cache, b *Batch) *plan {
 	}
 	p := &plan{rows: T, decode: T > 0}
 	kp := d.KPool
-	rowSlots := make([]int32, 0, T)
-	var poolTok, poolSlot []int32
+	words := L.Encode(m.hostWords[:0])
+	nLayout := len(words)
 	seen := map[int]bool{}
 	for s := range B {
-		n, pos := L.QueryStart[s+1]-L.QueryStart[s], L.Pos[s]
-		if n < 0 || pos < 0 {
-			panic(fmt.Sprintf("glm5next: sequence %d has %d rows at position %d", s, n, pos))
-		}
+		n, pos := L.SeqRows(s), L.Pos[s]
 		if n != 1 {
 			p.decode = false
 		}
@@ -307,57 +345,78 @@ func (m *Model) prepare(c *Cache, b *Batch) *plan {
 			panic(fmt.Sprintf("glm5next: sequence %d state slot %d out of range [0, %d) or shared", s, slot, c.StateSlots))
 		}
 		seen[slot] = true
-		if len(L.TokenSlots[s]) < end || len(L.PoolSlots[s]) < end/kp {
-			panic(fmt.Sprintf("glm5next: sequence %d at positions [%d, %d) has %d token slots and %d pool slots",
-				s, pos, end, len(L.TokenSlots[s]), len(L.PoolSlots[s])))
-		}
-		// Slots this step writes (the ops check the ones they read).
-		for _, ts := range L.TokenSlots[s][pos/kp*kp : end] {
-			if ts < 0 || int(ts) >= c.TokenSlots {
-				panic(fmt.Sprintf("glm5next: sequence %d token slot %d outside the cache's %d", s, ts, c.TokenSlots))
-			}
-		}
-		for _, ps := range L.PoolSlots[s][pos/kp : end/kp] {
-			if ps < 0 || int(ps) >= c.PoolSlots {
-				panic(fmt.Sprintf("glm5next: sequence %d pool slot %d outside the cache's %d", s, ps, c.PoolSlots))
+		// Blocks this step writes (the ops check the ones they read).
+		if n > 0 {
+			for _, blk := range L.BlockTables[s][pos/kp*kp/c.BlockSize : (end-1)/c.BlockSize+1] {
+				if blk < 0 || int(blk) >= c.NumBlocks {
+					panic(fmt.Sprintf("glm5next: sequence %d block %d outside the cache's %d", s, blk, c.NumBlocks))
+				}
 			}
 		}
 		if pos == 0 && n > 0 {
 			p.fresh = append(p.fresh, slot)
 		}
-		rowSlots = append(rowSlots, L.TokenSlots[s][pos:end]...)
+	}
+	// Slot mapping, then the completed pools' token rows and pool rows.
+	words = L.SlotMapping(words)
+	nPoolTok := 0
+	for s := range B {
+		pos, end := L.Pos[s], L.Pos[s]+L.SeqRows(s)
 		for i := pos / kp; i < end/kp; i++ {
-			poolTok = append(poolTok, L.TokenSlots[s][i*kp:(i+1)*kp]...)
-			poolSlot = append(poolSlot, L.PoolSlots[s][i])
+			for j := i * kp; j < (i+1)*kp; j++ {
+				words = append(words, L.TokenRow(s, j))
+			}
+			nPoolTok += kp
 		}
 	}
-	p.rowSlots = m.ws.upload("rowslots", rowSlots)
-	p.pools = len(poolSlot)
-	if p.pools > 0 {
-		p.poolTokens = m.ws.upload("pooltokens", poolTok)
-		p.poolSlots = m.ws.upload("poolslots", poolSlot)
+	for s := range B {
+		pos, end := L.Pos[s], L.Pos[s]+L.SeqRows(s)
+		for i := pos / kp; i < end/kp; i++ {
+			words = append(words, L.PoolRow(s, i, kp))
+		}
 	}
+	p.pools = nPoolTok / kp
 
 	want := b.LogitRows
 	if want == nil {
 		for s := range B {
-			if L.QueryStart[s+1] > L.QueryStart[s] {
+			if L.SeqRows(s) > 0 {
 				want = append(want, L.QueryStart[s+1]-1)
 			}
 		}
 	}
 	p.nLogits = len(want)
 	identity := len(want) == T
-	idx := make([]int32, len(want))
 	for i, r := range want {
 		if r < 0 || r >= T {
 			panic(fmt.Sprintf("glm5next: logit row %d outside the batch's %d rows", r, T))
 		}
-		idx[i] = int32(r)
 		identity = identity && r == i
 	}
+	if !identity {
+		for _, r := range want {
+			words = append(words, int32(r))
+		}
+	}
+	m.hostWords = words
+
+	buf := m.ws.upload("batch", words)
+	p.seqs = L.Views(buf)
+	o := nLayout
+	take := func(n int) *npu.Tensor {
+		t := buf.Rows(o, o+n)
+		o += n
+		return t
+	}
+	p.rowSlots = take(T)
+	if p.pools > 0 {
+		p.poolTokens = take(nPoolTok)
+		p.poolSlots = take(p.pools)
+	} else {
+		o += nPoolTok
+	}
 	if !identity && len(want) > 0 {
-		p.logitRows = m.ws.upload("logitrows", idx)
+		p.logitRows = take(len(want))
 	}
 	return p
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/npuserve/npuserve/npu/nputest"
 	"math"
 	"os"
 	"path/filepath"
@@ -15,7 +16,6 @@ import (
 	"github.com/npuserve/npuserve/engine/runner"
 	"github.com/npuserve/npuserve/engine/safetensors"
 	"github.com/npuserve/npuserve/npu"
-	"github.com/npuserve/npuserve/npu/cpu"
 )
 
 // Parity against golden fixtures written by transformers 5.17
@@ -214,8 +214,11 @@ func nextBatch(mgr *kvcache.Manager, jobs []*job) (*glm5next.Batch, []*job, erro
 
 // takeLogits downloads and frees a step's logits and appends each active
 // job's rows to it.
-func takeLogits(m *glm5next.Model, lg *npu.Tensor, active []*job) {
-	out := glm5next.DownloadRows(m.Backend(), lg)
+func takeLogits(m *glm5next.Model, lg *npu.Tensor, err error, active []*job) {
+	if err != nil {
+		panic(err)
+	}
+	out := mustRows(glm5next.DownloadRows(m.Backend(), lg))
 	m.Backend().Free(lg)
 	r := 0
 	for _, j := range active {
@@ -248,7 +251,8 @@ func (e *engine) run(jobs []*job, hooks *glm5next.Batch) {
 			b.Observe, b.ObserveIndex = hooks.Observe, hooks.ObserveIndex
 		}
 		first = false
-		takeLogits(e.m, e.m.Forward(e.cache, b), active)
+		lg, err := e.m.Forward(e.cache, b)
+		takeLogits(e.m, lg, err, active)
 	}
 	for _, j := range jobs {
 		e.mgr.Free(j.seq)
@@ -274,7 +278,7 @@ func load(t *testing.T, be npu.Backend, dir string) *glm5next.Model {
 }
 
 func TestGolden(t *testing.T) {
-	be := cpu.New(0)
+	be := nputest.Open(0)
 	for _, f := range fixtures(t) {
 		t.Run(f.name, func(t *testing.T) {
 			m := load(t, be, f.dir)
@@ -298,7 +302,7 @@ func TestGolden(t *testing.T) {
 				p := mt.Prompts[0]
 				got := map[int][][]float32{}
 				hooks := &glm5next.Batch{Observe: func(l int, x *npu.Tensor) {
-					got[l] = glm5next.DownloadRows(be, x.Reshape(-1, x.Dim(-1)))
+					got[l] = mustRows(glm5next.DownloadRows(be, x.Reshape(-1, x.Dim(-1))))
 				}}
 				e.run([]*job{{tokens: p, chunk: len(p)}}, hooks)
 				for l := range m.Config().NumHiddenLayers {
@@ -437,8 +441,11 @@ func (e *engine) logitsPrefillDecode(toks []int32, prefill int) [][]float32 {
 		for i := range all {
 			all[i] = i
 		}
-		lg := e.m.Forward(e.cache, &glm5next.Batch{Tokens: toks[pos : pos+n], Layout: e.mgr.Layout([]*kvcache.Seq{seq}, []int{n}), LogitRows: all})
-		out = append(out, glm5next.DownloadRows(e.m.Backend(), lg)...)
+		lg, err := e.m.Forward(e.cache, &glm5next.Batch{Tokens: toks[pos : pos+n], Layout: e.mgr.Layout([]*kvcache.Seq{seq}, []int{n}), LogitRows: all})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, mustRows(glm5next.DownloadRows(e.m.Backend(), lg))...)
 		e.m.Backend().Free(lg)
 		pos += n
 	}
@@ -491,11 +498,19 @@ func posSet(row []int32) []int32 {
 }
 
 func downloadI32(be npu.Backend, t *npu.Tensor) [][]int32 {
-	flat := npu.DownloadI32(be, t)
+	flat := npu.MustI32(be, t)
 	n := t.Dim(-1)
 	rows := make([][]int32, len(flat)/n)
 	for i := range rows {
 		rows[i] = flat[i*n : (i+1)*n]
+	}
+	return rows
+}
+
+// mustRows returns the downloaded rows, panicking on a failed download.
+func mustRows(rows [][]float32, err error) [][]float32 {
+	if err != nil {
+		panic(err)
 	}
 	return rows
 }

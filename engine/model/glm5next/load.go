@@ -1,6 +1,7 @@
 package glm5next
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -88,12 +89,15 @@ func (m *Model) Close() error {
 		m.be.Free(t)
 	}
 	m.owned, m.layers = nil, nil
+	// Work still queued may read weights that alias the mapped checkpoint
+	// (PrepareQuant packing them, a last step): wait before unmapping.
+	serr := m.be.Sync()
 	if m.ck != nil {
-		err := m.ck.Close()
+		err := errors.Join(serr, m.ck.Close())
 		m.ck = nil
 		return err
 	}
-	return nil
+	return serr
 }
 
 // loadCheckpoint builds the model from an opened checkpoint.
@@ -128,6 +132,8 @@ func loadCheckpoint(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Che
 		m.par.renameExperts(t)
 	}
 	a := newAssembler(be, t)
-	a.build(m, form)
+	if err := a.assemble(m, form); err != nil {
+		return nil, err
+	}
 	return m, nil
 }

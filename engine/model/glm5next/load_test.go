@@ -2,6 +2,7 @@ package glm5next
 
 import (
 	"fmt"
+	"github.com/npuserve/npuserve/npu/nputest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +11,6 @@ import (
 	"github.com/npuserve/npuserve/engine/config"
 	"github.com/npuserve/npuserve/engine/safetensors"
 	"github.com/npuserve/npuserve/npu"
-	"github.com/npuserve/npuserve/npu/cpu"
 )
 
 // kdaOnly is a configuration without DSA layers, so these tests exercise
@@ -112,7 +112,7 @@ func writeCheckpoint(t *testing.T, dir string, cfg *config.ModelConfig, cfgJSON 
 // TestLoadForms: every storage form transformers may write loads to the
 // same model.
 func TestLoadForms(t *testing.T) {
-	be := cpu.New(0)
+	be := nputest.Open(0)
 	cfgJSON := testConfigJSON(kdaOnly)
 	cfg := testConfig(t, kdaOnly)
 	vals, _ := checkpointValues(cfg)
@@ -170,7 +170,7 @@ func TestLoadForms(t *testing.T) {
 // TestLoadContradictions: a checkpoint that disagrees with its config is a
 // clear error naming the tensor.
 func TestLoadContradictions(t *testing.T) {
-	be := cpu.New(0)
+	be := nputest.Open(0)
 	cfg := testConfig(t, kdaOnly)
 	vals, _ := checkpointValues(cfg)
 	cases := []struct {

@@ -38,6 +38,9 @@ type Model struct {
 	par   *parallel               // tensor/expert-parallel placement (nil: single rank)
 	owned []*npu.Tensor           // every weight tensor to free on Close
 
+	// hostWords is the reused host buffer of the step's batch upload.
+	hostWords []int32
+
 	// observeLinear is the running batch's ObserveLinear hook.
 	observeLinear func(modules []string, x *npu.Tensor)
 }

@@ -3,6 +3,7 @@ package glm5next
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/npuserve/npuserve/npu/nputest"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -11,7 +12,6 @@ import (
 	"github.com/npuserve/npuserve/engine/config"
 	"github.com/npuserve/npuserve/engine/kvcache"
 	"github.com/npuserve/npuserve/npu"
-	"github.com/npuserve/npuserve/npu/cpu"
 )
 
 // testConfigJSON is a tiny glm5_next text config; over replaces fields. The
@@ -156,9 +156,9 @@ func (s *session) step(feeds []feed) [][]float32 {
 	for i := range all {
 		all[i] = i
 	}
-	lg := s.m.Forward(s.cache, &Batch{Tokens: toks, Layout: s.mgr.Layout(seqs, rows), LogitRows: all})
+	lg := must(s.m.Forward(s.cache, &Batch{Tokens: toks, Layout: s.mgr.Layout(seqs, rows), LogitRows: all}))
 	defer s.m.be.Free(lg)
-	return DownloadRows(s.m.be, lg)
+	return must(DownloadRows(s.m.be, lg))
 }
 
 // run feeds one new sequence in chunks and returns the logits of every
@@ -233,7 +233,7 @@ func TestSpecsMatchParamCount(t *testing.T) {
 // TestChunkedMatchesWhole: prefill in chunks of 1 (the decode path), 7, 64
 // and the whole sequence give the same logits at every position.
 func TestChunkedMatchesWhole(t *testing.T) {
-	be := cpu.New(0)
+	be := nputest.Open(0)
 	for vi, v := range testVariants {
 		t.Run(v.name, func(t *testing.T) {
 			cfg := testConfig(t, v.over)
@@ -259,7 +259,7 @@ func TestChunkedMatchesWhole(t *testing.T) {
 // TestBatchMatchesSingle: sequences of different lengths batched together,
 // each with its own chunking and then decoding, match each one alone.
 func TestBatchMatchesSingle(t *testing.T) {
-	be := cpu.New(0)
+	be := nputest.Open(0)
 	for vi, v := range testVariants {
 		t.Run(v.name, func(t *testing.T) {
 			cfg := testConfig(t, v.over)
@@ -330,7 +330,7 @@ func TestBatchMatchesSingle(t *testing.T) {
 // TestObserve checks the observer hook's calls and shapes, and that the
 // final hidden state it reports feeds the logits.
 func TestObserve(t *testing.T) {
-	be := cpu.New(0)
+	be := nputest.Open(0)
 	cfg := testConfig(t, nil)
 	m := testModel(t, be, cfg, 3)
 	s := newSession(t, m, 4, 8, 1)
@@ -340,10 +340,10 @@ func TestObserve(t *testing.T) {
 		t.Fatal(err)
 	}
 	var calls []string
-	lg := m.Forward(s.cache, &Batch{
+	lg := must(m.Forward(s.cache, &Batch{
 		Tokens: toks, Layout: s.mgr.Layout([]*kvcache.Seq{seq}, []int{len(toks)}), LogitRows: []int{8, 2},
 		Observe: func(l int, x *npu.Tensor) { calls = append(calls, fmt.Sprint(l, x.Shape())) },
-	})
+	}))
 	want := []string{}
 	for l := range cfg.NumHiddenLayers {
 		want = append(want, fmt.Sprint(l, []int{9, cfg.HCMult, cfg.HiddenSize}))
@@ -360,7 +360,7 @@ func TestObserve(t *testing.T) {
 // TestNewRandomDeterministic: the same seed gives the same model, another
 // seed a different one.
 func TestNewRandomDeterministic(t *testing.T) {
-	be := cpu.New(0)
+	be := nputest.Open(0)
 	cfg := testConfig(t, nil)
 	toks := []int32{1, 2, 3, 4, 5, 6}
 	logits := func(seed int64, dtype string) [][]float32 {
@@ -380,7 +380,7 @@ func TestNewRandomDeterministic(t *testing.T) {
 }
 
 func TestCapacity(t *testing.T) {
-	be := cpu.New(0)
+	be := nputest.Open(0)
 	cfg := testConfig(t, nil)
 	m := NewRandom(be, cfg, "float32", 1)
 	// 2 DSA layers with full indexers: latent 16 + key 8 + gate 8 + pool 8/4.
@@ -394,4 +394,12 @@ func TestCapacity(t *testing.T) {
 	if _, err := m.NewCache(4, 6, 1); err == nil {
 		t.Fatal("NewCache accepted a block size that is not a multiple of index_kpool")
 	}
+}
+
+// must returns v, panicking on err: for the tests' forwards.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

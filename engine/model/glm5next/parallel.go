@@ -91,10 +91,10 @@ type Parallel struct {
 	EP             hccl.Comm
 }
 
-// ErrCollective is wrapped by the error a failed collective makes Forward
-// and DummyStep panic with: the ranks' collective sequences can no longer
-// be trusted to match, so the caller must stop (core treats such a step
-// failure as fatal).
+// ErrCollective is wrapped by the error Forward and DummyStep return when
+// a collective failed: the ranks' collective sequences can no longer be
+// trusted to match, so the caller must stop (core treats a failed step of
+// a collective model as fatal).
 var ErrCollective = errors.New("glm5next: collective failed")
 
 // parallel is a model's resolved placement.
@@ -408,14 +408,40 @@ func renameExperts[T any](p *parallel, t map[string]T) {
 // collectives (sending and receiving no rows of its own but computing the
 // experts for the other ranks' rows), so that every rank reaches every
 // collective of the step. On a single rank it does nothing.
-func (m *Model) DummyStep(c *Cache) {
-	logits := m.Forward(c, &Batch{Layout: npu.SeqLayout{QueryStart: []int{0}}, LogitRows: []int{}})
-	m.be.Free(logits)
+func (m *Model) DummyStep(c *Cache) error {
+	logits, err := m.Forward(c, &Batch{Layout: npu.BatchLayout{QueryStart: []int{0}, BlockSize: c.BlockSize}, LogitRows: []int{}})
+	if err == nil {
+		m.be.Free(logits)
+	}
+	return err
 }
 
-// collectiveFailed panics with err wrapped in ErrCollective.
-func collectiveFailed(op string, err error) {
-	panic(fmt.Errorf("%w: %s: %w", ErrCollective, op, err))
+// collective runs fn, a collective over this rank's tensors, on the
+// backend's stream (after the ops enqueued before it: npu.RunOnStream)
+// and aborts the forward pass with an error wrapping ErrCollective if it
+// fails.
+func (m *Model) collective(op string, fn func() error) {
+	if err := npu.RunOnStream(m.be, fn); err != nil {
+		fail(fmt.Errorf("%w: %s: %w", ErrCollective, op, err))
+	}
+}
+
+// downloadI32 and downloadF32 copy routing results to the host (explicit
+// sync points), aborting the forward pass on failure.
+func (m *Model) downloadI32(t *npu.Tensor) []int32 {
+	v, err := npu.DownloadI32(m.be, t)
+	if err != nil {
+		fail(err)
+	}
+	return v
+}
+
+func (m *Model) downloadF32(t *npu.Tensor) []float32 {
+	v, err := npu.DownloadF32(m.be, t)
+	if err != nil {
+		fail(err)
+	}
+	return v
 }
 
 // tpAllReduce sums t over the TP group. Every TP rank runs the same batch,
@@ -424,9 +450,7 @@ func (m *Model) tpAllReduce(t *npu.Tensor) {
 	if !m.par.tp() || t.Numel() == 0 {
 		return
 	}
-	if err := m.par.TP.AllReduce(t, hccl.Sum); err != nil {
-		collectiveFailed("tensor-parallel all-reduce", err)
-	}
+	m.collective("tensor-parallel all-reduce", func() error { return m.par.TP.AllReduce(t, hccl.Sum) })
 }
 
 // embedStreams looks tokens up straight into the n mHC streams x [T, n, D]
@@ -481,9 +505,7 @@ func (m *Model) lmLogits(logits, hn *npu.Tensor) {
 	part := m.ws.get("logits.part", npu.F32, R, vl)
 	m.linear(part, hn, m.lmHead)
 	all := m.ws.get("logits.all", npu.F32, tp, R, vl)
-	if err := p.TP.AllGather(all, part); err != nil {
-		collectiveFailed("logits all-gather", err)
-	}
+	m.collective("logits all-gather", func() error { return p.TP.AllGather(all, part) })
 	// Block t of all holds columns [t·vl, (t+1)·vl) of every row: row
 	// r·tp+t of logits viewed as [R·tp, vl] is row t·R+r of all.
 	idx := make([]int32, R*tp)
@@ -525,7 +547,7 @@ func (m *Model) moeEP(out, h *npu.Tensor, w *moeWeights, T int) {
 		it := m.ws.get("moe.ids", npu.I32, n, k)
 		be.Router(wt, it, x, w.gate, w.bias, m.router)
 		// The routing decides the AllToAllV sizes: a host sync.
-		ids, wts = npu.DownloadI32(be, it), npu.DownloadF32(be, wt)
+		ids, wts = m.downloadI32(it), m.downloadF32(wt)
 	}
 	acc := m.epExperts(x, w, ids, wts)
 	if n > 0 {
@@ -577,10 +599,8 @@ func (m *Model) epExperts(x *npu.Tensor, w *moeWeights, ids []int32, wts []float
 	// 1. Counts per (owner, local expert): the sizes of everything else.
 	cin := m.ws.upload("ep.sendcnt", sendCnt)
 	cout := m.ws.get("ep.recvcnt", npu.I32, ep*L)
-	if err := p.EP.AllToAll(cout, cin); err != nil {
-		collectiveFailed("expert-parallel counts all-to-all", err)
-	}
-	recvCnt := npu.DownloadI32(be, cout)
+	m.collective("expert-parallel counts all-to-all", func() error { return p.EP.AllToAll(cout, cin) })
+	recvCnt := m.downloadI32(cout)
 	outCounts := make([]int, ep)
 	var recvIDs []int32
 	for s := range ep {
@@ -607,17 +627,17 @@ func (m *Model) epExperts(x *npu.Tensor, w *moeWeights, ids []int32, wts []float
 		be.Gather(sendX, x, m.ws.upload("ep.srcrow", srcRow))
 	}
 	recvX := m.ws.get("ep.recvx", npu.F32, N, D)
-	if err := p.EP.AllToAllV(recvX, scaled(outCounts, D), sendX, scaled(inCounts, D)); err != nil {
-		collectiveFailed("expert-parallel dispatch all-to-all", err)
-	}
+	m.collective("expert-parallel dispatch all-to-all", func() error {
+		return p.EP.AllToAllV(recvX, scaled(outCounts, D), sendX, scaled(inCounts, D))
+	})
 	sw := m.ws.get("ep.sendw", npu.F32, np)
 	if np > 0 {
-		be.Upload(sw, npu.EncodeFloats(sendW, npu.F32))
+		if err := be.Upload(sw, npu.EncodeFloats(sendW, npu.F32)); err != nil {
+			fail(err)
+		}
 	}
 	rw := m.ws.get("ep.recvw", npu.F32, N)
-	if err := p.EP.AllToAllV(rw, outCounts, sw, inCounts); err != nil {
-		collectiveFailed("expert-parallel weights all-to-all", err)
-	}
+	m.collective("expert-parallel weights all-to-all", func() error { return p.EP.AllToAllV(rw, outCounts, sw, inCounts) })
 
 	// This rank's experts on everything it received: one (row, expert)
 	// pair per row, weighted.
@@ -629,9 +649,9 @@ func (m *Model) epExperts(x *npu.Tensor, w *moeWeights, ids []int32, wts []float
 
 	// 4. Results back to the rows' ranks, in the order they were sent.
 	back := m.ws.get("ep.back", npu.F32, np, D)
-	if err := p.EP.AllToAllV(back, scaled(inCounts, D), y, scaled(outCounts, D)); err != nil {
-		collectiveFailed("expert-parallel combine all-to-all", err)
-	}
+	m.collective("expert-parallel combine all-to-all", func() error {
+		return p.EP.AllToAllV(back, scaled(inCounts, D), y, scaled(outCounts, D))
+	})
 	if n == 0 {
 		return nil
 	}

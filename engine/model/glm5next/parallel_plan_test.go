@@ -2,12 +2,12 @@ package glm5next
 
 import (
 	"fmt"
+	"github.com/npuserve/npuserve/npu/nputest"
 	"testing"
 
 	"github.com/npuserve/npuserve/engine/config"
 	"github.com/npuserve/npuserve/hccl"
 	"github.com/npuserve/npuserve/npu"
-	"github.com/npuserve/npuserve/npu/cpu"
 )
 
 // placeholderComm is a communicator of the right size and rank for
@@ -51,7 +51,7 @@ func TestParallelMatchesPlan(t *testing.T) {
 	if err != nil {
 		t.Skip(err)
 	}
-	single := NewRandom(cpu.New(1), cfg, "float32", 1)
+	single := NewRandom(nputest.Open(1), cfg, "float32", 1)
 	defer single.Close()
 	cases := []struct {
 		tp, dp int
@@ -83,7 +83,7 @@ func TestParallelMatchesPlan(t *testing.T) {
 				if tc.ep {
 					p.EPSize, p.EPRank, p.EP = n, r.EPRank, placeholderComm{r.EPRank, n}
 				}
-				m, err := NewRandomParallel(cpu.New(1), cfg, "float32", 1, p)
+				m, err := NewRandomParallel(nputest.Open(1), cfg, "float32", 1, p)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -3,6 +3,7 @@ package glm5next_test
 import (
 	"errors"
 	"fmt"
+	"github.com/npuserve/npuserve/npu/nputest"
 	"slices"
 	"strings"
 	"sync"
@@ -13,7 +14,6 @@ import (
 	"github.com/npuserve/npuserve/engine/kvcache"
 	"github.com/npuserve/npuserve/engine/model/glm5next"
 	"github.com/npuserve/npuserve/hccl"
-	"github.com/npuserve/npuserve/npu/cpu"
 )
 
 // In-process parallel ranks: one goroutine and one CPU backend per rank,
@@ -156,10 +156,13 @@ func stepRank(m *glm5next.Model, jobs []*job, steps int) error {
 			return err
 		}
 		if b == nil {
-			m.DummyStep(c)
+			if err := m.DummyStep(c); err != nil {
+				return err
+			}
 			continue
 		}
-		takeLogits(m, m.Forward(c, b), active)
+		lg, err := m.Forward(c, b)
+		takeLogits(m, lg, err, active)
 	}
 	return nil
 }
@@ -190,7 +193,7 @@ func TestParallelMatchesSingle(t *testing.T) {
 			for i, p := range mt.Prompts {
 				seqs = append(seqs, append(slices.Clone(p), mt.Greedy[i]...))
 			}
-			single := load(t, cpu.New(1), f.dir)
+			single := load(t, nputest.Open(1), f.dir)
 			e := newEngine(t, single, 1)
 			ref := make([][][]float32, len(seqs))
 			for i, s := range seqs {
@@ -205,7 +208,7 @@ func TestParallelMatchesSingle(t *testing.T) {
 					ps := tc.l.placements(t)
 					models := make([]*glm5next.Model, len(ps))
 					for g, p := range ps {
-						m, err := glm5next.Load(cpu.New(1), f.dir, glm5next.LoadOptions{DType: "float32", Parallel: p})
+						m, err := glm5next.Load(nputest.Open(1), f.dir, glm5next.LoadOptions{DType: "float32", Parallel: p})
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -268,7 +271,7 @@ func TestParallelConfigErrors(t *testing.T) {
 		{"rank outside", glm5next.Parallel{TPSize: 2, TPRank: 2, TP: tp3[0]}, "TP rank 2 outside [0, 2)"},
 	}
 	for _, tc := range cases {
-		_, err := glm5next.NewRandomParallel(cpu.New(1), cfg, "float32", 1, &tc.p)
+		_, err := glm5next.NewRandomParallel(nputest.Open(1), cfg, "float32", 1, &tc.p)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
 		}

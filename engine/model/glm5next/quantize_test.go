@@ -3,6 +3,7 @@ package glm5next_test
 import (
 	"encoding/json"
 	"errors"
+	"github.com/npuserve/npuserve/npu/nputest"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,7 +16,6 @@ import (
 	"github.com/npuserve/npuserve/engine/runner"
 	"github.com/npuserve/npuserve/engine/safetensors"
 	"github.com/npuserve/npuserve/npu"
-	"github.com/npuserve/npuserve/npu/cpu"
 	"github.com/npuserve/npuserve/quant"
 )
 
@@ -144,7 +144,7 @@ func TestQuantizedAgreement(t *testing.T) {
 	if len(paths) == 0 {
 		t.Skip("no golden fixtures")
 	}
-	be := cpu.New(0)
+	be := nputest.Open(0)
 	for _, gj := range paths {
 		dir := filepath.Dir(gj)
 		name := filepath.Base(dir)
@@ -211,7 +211,7 @@ func readAll(t *testing.T, dir string) []safetensors.WriteTensor {
 // names, dtypes and shapes per scheme, the description, config.json and
 // the tokenizer, and that the result loads and generates.
 func TestQuantizeLayout(t *testing.T) {
-	be := cpu.New(0)
+	be := nputest.Open(0)
 	dir := filepath.Join(fixtureRoot, "tiny")
 	const L = "model.language_model.layers."
 	type want struct {

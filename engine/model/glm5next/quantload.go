@@ -123,10 +123,7 @@ func (a *assembler) uploadQuant(hq *hostQuant, E int) *npu.QuantWeight {
 	if E > 0 {
 		lead = []int{E, hq.n}
 	}
-	own := func(t *npu.Tensor) *npu.Tensor {
-		a.owned[t] = true
-		return t
-	}
+	own := a.own
 	w := &npu.QuantWeight{GroupSize: hq.group, ScaleAlg: a.mxAlg}
 	switch hq.scheme {
 	case quant.W8A8Dynamic:
@@ -531,7 +528,12 @@ func loadQuantized(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Chec
 				if s.matrix {
 					dt = outDType(npu.BF16, mode)
 				}
-				floats[s.name] = be.FromHost(dt, npu.EncodeFloats(w, dt), hq.n, hq.k)
+				t, err := be.FromHost(dt, npu.EncodeFloats(w, dt), hq.n, hq.k)
+				if err != nil {
+					q.errf("%s: %v", ckName, err)
+					continue
+				}
+				floats[s.name] = t
 				logf("%s is %s in the checkpoint: dequantised to %v (%s)", ckName, sc, dt, "its op takes float weights")
 				nd++
 				continue
@@ -564,7 +566,12 @@ func loadQuantized(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Chec
 			f, _ := quant.DecodeFloats(b, info.DType)
 			b = npu.EncodeFloats(f, dt)
 		}
-		floats[s.name] = be.FromHost(dt, b, shape...)
+		t, err := be.FromHost(dt, b, shape...)
+		if err != nil {
+			q.errf("%s: %v", ckName, err)
+			continue
+		}
+		floats[s.name] = t
 	}
 	// Static W8A8 shards of a fused module share one activation quantizer.
 	for i, g := range groups {
@@ -611,7 +618,9 @@ func loadQuantized(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Chec
 	a := newAssembler(be, floats)
 	a.q = hqs
 	a.mxAlg = opt.MXScaleAlg
-	a.build(m, form)
+	if err := a.assemble(m, form); err != nil {
+		return nil, err
+	}
 	logf("loaded %s checkpoint %s in %v: %d quantized linears, %d dequantised, %.2f GiB (%s)",
 		cmpOr(desc.ModelQuantType, "msmodelslim"), ck.Path(), time.Since(start).Round(time.Millisecond), nq, nd, float64(bytes)/(1<<30), layout)
 	return m, nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/npuserve/npuserve/npu/nputest"
 	"math"
 	"os"
 	"path/filepath"
@@ -14,7 +15,6 @@ import (
 	"github.com/npuserve/npuserve/engine/config"
 	"github.com/npuserve/npuserve/engine/safetensors"
 	"github.com/npuserve/npuserve/npu"
-	"github.com/npuserve/npuserve/npu/cpu"
 	"github.com/npuserve/npuserve/quant"
 )
 
@@ -113,7 +113,7 @@ func writeMsmodelslim(t *testing.T, dir string, cfg *config.ModelConfig, cfgJSON
 // scales, a dequantised kv_b_proj) and computes close to the float model
 // (prefill and decode; TestQuantizeLayout generates with the runner).
 func TestLoadHandMadeMsmodelslim(t *testing.T) {
-	be := cpu.New(0)
+	be := nputest.Open(0)
 	over := map[string]any{"dtype": "bfloat16"}
 	cfg := testConfig(t, over)
 	vals, _ := checkpointValues(cfg)
@@ -191,7 +191,7 @@ func TestLoadHandMadeMsmodelslim(t *testing.T) {
 			w = append(w, vals[mod+".weight"]...)
 		}
 		xs := hostF32(be, x)
-		y := be.Alloc(npu.F32, x.Dim(0), l.N())
+		y := npu.Must(be.Alloc(npu.F32, x.Dim(0), l.N()))
 		be.MatMulQ(y, x, l.q)
 		ys := hostF32(be, y)
 		N, K := l.N(), l.K()
@@ -298,7 +298,7 @@ func TestHandMadeFixture(t *testing.T) {
 			t.Errorf("%s differs from what writeMsmodelslim writes (%v): rerun with -update", path, err)
 		}
 	}
-	m, err := Load(cpu.New(1), handMadeDir, LoadOptions{Quantization: "ascend"})
+	m, err := Load(nputest.Open(1), handMadeDir, LoadOptions{Quantization: "ascend"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func TestHandMadeFixture(t *testing.T) {
 // TestLoadMsmodelslimErrors: bad descriptions and tensors are clear
 // errors naming the tensor or module.
 func TestLoadMsmodelslimErrors(t *testing.T) {
-	be := cpu.New(0)
+	be := nputest.Open(0)
 	over := map[string]any{"dtype": "bfloat16"}
 	cfg := testConfig(t, over)
 	vals, _ := checkpointValues(cfg)
@@ -427,7 +427,7 @@ func TestLoadMsmodelslimErrors(t *testing.T) {
 // loader, and Quantize reads it (dequantising the blocks) into an
 // msmodelslim checkpoint that loads and computes close to it.
 func TestQuantizeFromBlockFP8(t *testing.T) {
-	be := cpu.New(0)
+	be := nputest.Open(0)
 	cfg := testConfig(t, nil)
 	vals, _ := checkpointValues(cfg)
 	floatDir := t.TempDir()
@@ -523,7 +523,7 @@ func TestQuantizeFromBlockFP8(t *testing.T) {
 		if fl == nil || ql == nil || ql.q == nil {
 			return
 		}
-		a, c := be.Alloc(npu.F32, x.Dim(0), fl.N()), be.Alloc(npu.F32, x.Dim(0), fl.N())
+		a, c := npu.Must(be.Alloc(npu.F32, x.Dim(0), fl.N())), npu.Must(be.Alloc(npu.F32, x.Dim(0), fl.N()))
 		be.MatMul(a, x, fl.w)
 		be.MatMulQ(c, x, ql.q)
 		av, cv := hostF32(be, a), hostF32(be, c)

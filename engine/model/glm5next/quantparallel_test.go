@@ -2,6 +2,7 @@ package glm5next_test
 
 import (
 	"fmt"
+	"github.com/npuserve/npuserve/npu/nputest"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -13,7 +14,6 @@ import (
 	"github.com/npuserve/npuserve/engine/model/glm5next"
 	"github.com/npuserve/npuserve/engine/safetensors"
 	"github.com/npuserve/npuserve/npu"
-	"github.com/npuserve/npuserve/npu/cpu"
 	"github.com/npuserve/npuserve/quant"
 )
 
@@ -30,7 +30,7 @@ import (
 func quantizeWith(t *testing.T, dir string, s quant.Scheme, skip []string, all bool) string {
 	t.Helper()
 	if len(skip) == 0 && !all {
-		return quantizeFixture(t, cpu.New(1), dir, s)
+		return quantizeFixture(t, nputest.Open(1), dir, s)
 	}
 	out := t.TempDir()
 	cfg, err := config.LoadModel(dir)
@@ -38,7 +38,7 @@ func quantizeWith(t *testing.T, dir string, s quant.Scheme, skip []string, all b
 		t.Fatal(err)
 	}
 	_, err = glm5next.Quantize(dir, out, glm5next.QuantizeOptions{
-		Scheme: s, Skip: skip, AllLinears: all, Calibration: calibSequences(cfg.VocabSize), Backend: cpu.New(1), MXScaleAlg: quant.ScaleAlgMSE,
+		Scheme: s, Skip: skip, AllLinears: all, Calibration: calibSequences(cfg.VocabSize), Backend: nputest.Open(1), MXScaleAlg: quant.ScaleAlgMSE,
 	})
 	if err != nil {
 		t.Fatalf("%s %s: %v", filepath.Base(dir), s, err)
@@ -148,7 +148,7 @@ func TestQuantParallelMatchesSingle(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			dir := quantizeWith(t, f.dir, tc.scheme, tc.skip, tc.all)
-			single, err := glm5next.Load(cpu.New(1), dir, glm5next.LoadOptions{})
+			single, err := glm5next.Load(nputest.Open(1), dir, glm5next.LoadOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -167,7 +167,7 @@ func TestQuantParallelMatchesSingle(t *testing.T) {
 			}
 			// The float model: the accuracy reference of the deployments
 			// whose activation quantization differs from the single rank's.
-			fl := load(t, cpu.New(1), f.dir)
+			fl := load(t, nputest.Open(1), f.dir)
 			t.Cleanup(func() { fl.Close() })
 			fe := newEngine(t, fl, 1)
 			fref := make([][][]float32, len(seqs))
@@ -185,7 +185,7 @@ func TestQuantParallelMatchesSingle(t *testing.T) {
 					ps := l.placements(t)
 					models := make([]*glm5next.Model, len(ps))
 					for g, p := range ps {
-						m, err := glm5next.Load(cpu.New(1), dir, glm5next.LoadOptions{Parallel: p})
+						m, err := glm5next.Load(nputest.Open(1), dir, glm5next.LoadOptions{Parallel: p})
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -299,7 +299,7 @@ func TestQuantParallelMXBlockBoundary(t *testing.T) {
 	dir := quantizeWith(t, filepath.Join(fixtureRoot, "tiny"), quant.W8A8MXFP8, nil, false)
 	for _, l := range []layout{{1, 2, false}, {1, 2, true}} {
 		for g, p := range l.placements(t) {
-			_, err := glm5next.Load(cpu.New(1), dir, glm5next.LoadOptions{Parallel: p})
+			_, err := glm5next.Load(nputest.Open(1), dir, glm5next.LoadOptions{Parallel: p})
 			if err == nil {
 				t.Fatalf("%s rank %d: loaded; want an MX block error", l, g)
 			}
@@ -317,7 +317,7 @@ func TestQuantParallelMXBlockBoundary(t *testing.T) {
 	}
 	ps := layout{2, 1, true}.placements(t)
 	for g, p := range ps {
-		m, err := glm5next.Load(cpu.New(1), dir, glm5next.LoadOptions{Parallel: p})
+		m, err := glm5next.Load(nputest.Open(1), dir, glm5next.LoadOptions{Parallel: p})
 		if err != nil {
 			t.Fatalf("EP2 rank %d: %v", g, err)
 		}
@@ -362,7 +362,7 @@ func TestQuantParallelStaticZeroPoint(t *testing.T) {
 	}
 	inScale, _ := npu.DecodeFloats(byName["input_scale"].Data, npu.F32)
 	qb := byName["quant_bias"].Data
-	be := cpu.New(1)
+	be := nputest.Open(1)
 	// linear makes the static W8A8 weight of input columns [c0, c1) with
 	// quant_bias scaled by bias (1: whole, 0: none).
 	linear := func(c0, c1 int, bias int32) *npu.QuantWeight {
@@ -375,10 +375,10 @@ func TestQuantParallelStaticZeroPoint(t *testing.T) {
 			b[r] = bias * int32(uint32(qb[4*r])|uint32(qb[4*r+1])<<8|uint32(qb[4*r+2])<<16|uint32(qb[4*r+3])<<24)
 		}
 		return &npu.QuantWeight{
-			Scheme: npu.QW8A8, Weight: be.FromHost(npu.I8, wq, n, c1-c0),
+			Scheme: npu.QW8A8, Weight: npu.Must(be.FromHost(npu.I8, wq, n, c1-c0)),
 			InputScale: inScale[0], InputOffset: off,
-			QuantBias: be.FromHost(npu.I32, npu.EncodeInt32s(b), n),
-			DeqScale:  be.FromHost(npu.F32, byName["deq_scale"].Data, n),
+			QuantBias: npu.Must(be.FromHost(npu.I32, npu.EncodeInt32s(b), n)),
+			DeqScale:  npu.Must(be.FromHost(npu.F32, byName["deq_scale"].Data, n)),
 		}
 	}
 	matmul := func(c0, c1 int, bias int32) []float32 {
@@ -386,9 +386,9 @@ func TestQuantParallelStaticZeroPoint(t *testing.T) {
 		for m := range M {
 			xs = append(xs, x[m*k+c0:m*k+c1]...)
 		}
-		out := be.Alloc(npu.F32, M, n)
-		be.MatMulQ(out, be.FromHost(npu.F32, npu.EncodeFloats(xs, npu.F32), M, c1-c0), linear(c0, c1, bias))
-		return npu.DownloadF32(be, out)
+		out := npu.Must(be.Alloc(npu.F32, M, n))
+		be.MatMulQ(out, npu.Must(be.FromHost(npu.F32, npu.EncodeFloats(xs, npu.F32), M, c1-c0)), linear(c0, c1, bias))
+		return npu.MustF32(be, out)
 	}
 	single := matmul(0, k, 1)
 	var scale float64
@@ -493,7 +493,7 @@ func TestQuantParallelDynamicRowSplit(t *testing.T) {
 			ws = tt.Data
 		}
 	}
-	be := cpu.New(1)
+	be := nputest.Open(1)
 	matmul := func(c0, c1 int) []float32 {
 		part := make([]byte, 0, n*(c1-c0))
 		xs := make([]float32, 0, M*(c1-c0))
@@ -503,10 +503,10 @@ func TestQuantParallelDynamicRowSplit(t *testing.T) {
 		for m := range M {
 			xs = append(xs, x[m*k+c0:m*k+c1]...)
 		}
-		qw := &npu.QuantWeight{Scheme: npu.QW8A8Dynamic, Weight: be.FromHost(npu.I8, part, n, c1-c0), Scale: be.FromHost(npu.F32, ws, n)}
-		out := be.Alloc(npu.F32, M, n)
-		be.MatMulQ(out, be.FromHost(npu.F32, npu.EncodeFloats(xs, npu.F32), M, c1-c0), qw)
-		return npu.DownloadF32(be, out)
+		qw := &npu.QuantWeight{Scheme: npu.QW8A8Dynamic, Weight: npu.Must(be.FromHost(npu.I8, part, n, c1-c0)), Scale: npu.Must(be.FromHost(npu.F32, ws, n))}
+		out := npu.Must(be.Alloc(npu.F32, M, n))
+		be.MatMulQ(out, npu.Must(be.FromHost(npu.F32, npu.EncodeFloats(xs, npu.F32), M, c1-c0)), qw)
+		return npu.MustF32(be, out)
 	}
 	exact := make([]float64, M*n) // x · dequantised w, in float64
 	wscale, _ := npu.DecodeFloats(ws, npu.F32)

@@ -55,6 +55,7 @@ func NewRandomParallel(be npu.Backend, cfg *config.ModelConfig, dtype string, se
 	std := 0.02 // HF initializer_range default (not part of config.json for glm5_next)
 	t := make(map[string]*npu.Tensor, len(sp))
 	var mu sync.Mutex
+	var ferr error // the first failed upload
 	var wg sync.WaitGroup
 	work := make(chan spec)
 	for range max(1, min(runtime.GOMAXPROCS(0), 8)) {
@@ -72,9 +73,14 @@ func NewRandomParallel(be npu.Backend, cfg *config.ModelConfig, dtype string, se
 					data = s.slice.Cut(data, s.shape, dt.Size())
 					shape, _ = s.slice.Shape(s.shape)
 				}
-				tensor := be.FromHost(dt, data, shape...)
+				tensor, err := be.FromHost(dt, data, shape...)
 				mu.Lock()
-				t[s.name] = tensor
+				if err != nil && ferr == nil {
+					ferr = fmt.Errorf("glm5next: %s: %w", s.name, err)
+				}
+				if err == nil {
+					t[s.name] = tensor
+				}
 				mu.Unlock()
 			}
 		}()
@@ -86,11 +92,19 @@ func NewRandomParallel(be npu.Backend, cfg *config.ModelConfig, dtype string, se
 	}
 	close(work)
 	wg.Wait()
+	if ferr != nil {
+		for _, x := range t {
+			be.Free(x)
+		}
+		return nil, ferr
+	}
 	if m.par != nil {
 		m.par.renameExperts(t)
 	}
 	a := newAssembler(be, t)
-	a.build(m, form)
+	if err := a.assemble(m, form); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 

@@ -32,7 +32,11 @@ func (s *scratch) get(name string, dt npu.DType, shape ...int) *npu.Tensor {
 		if b != nil && b.DType() == dt {
 			c = max(c, b.Numel()*5/4) // grow geometrically for slowly rising batch sizes
 		}
-		b = s.be.Alloc(dt, c)
+		var err error
+		if b, err = s.be.Alloc(dt, c); err != nil {
+			delete(s.bufs, name)
+			fail(fmt.Errorf("glm5next: scratch %s: %w", name, err))
+		}
 		if s.bufs == nil {
 			s.bufs = map[string]*npu.Tensor{}
 		}
@@ -45,7 +49,9 @@ func (s *scratch) get(name string, dt npu.DType, shape ...int) *npu.Tensor {
 func (s *scratch) upload(name string, v []int32) *npu.Tensor {
 	t := s.get(name, npu.I32, len(v))
 	if len(v) > 0 {
-		s.be.Upload(t, npu.EncodeInt32s(v))
+		if err := s.be.Upload(t, npu.EncodeInt32s(v)); err != nil {
+			fail(fmt.Errorf("glm5next: uploading %s: %w", name, err))
+		}
 	}
 	return t
 }
@@ -60,15 +66,18 @@ func (s *scratch) release() {
 
 // DownloadRows copies a F32 tensor [rows, n] (logits) to the host: the
 // synchronisation point between device and host.
-func DownloadRows(be npu.Backend, t *npu.Tensor) [][]float32 {
+func DownloadRows(be npu.Backend, t *npu.Tensor) ([][]float32, error) {
 	if t.DType() != npu.F32 || t.Rank() != 2 {
 		panic(fmt.Sprintf("glm5next: DownloadRows of %v, want F32 [rows, n]", t))
 	}
-	host := npu.DownloadF32(be, t)
+	host, err := npu.DownloadF32(be, t)
+	if err != nil {
+		return nil, err
+	}
 	rows, n := t.Dim(0), t.Dim(1)
 	out := make([][]float32, rows)
 	for i := range out {
 		out[i] = host[i*n : (i+1)*n : (i+1)*n]
 	}
-	return out
+	return out, nil
 }

@@ -191,9 +191,35 @@ func (a *assembler) take(name string) *npu.Tensor {
 
 // alloc allocates a tensor the model owns.
 func (a *assembler) alloc(dt npu.DType, shape ...int) *npu.Tensor {
-	t := a.be.Alloc(dt, shape...)
+	return a.own(a.be.Alloc(dt, shape...))
+}
+
+// own records a tensor the model owns; a failed allocation aborts the
+// assembly (see assemble).
+func (a *assembler) own(t *npu.Tensor, err error) *npu.Tensor {
+	if err != nil {
+		fail(err)
+	}
 	a.owned[t] = true
 	return t
+}
+
+// assemble builds m from the loaded tensors; a failed device allocation
+// is returned as an error (the model's tensors are freed).
+func (a *assembler) assemble(m *Model, form weightForm) (err error) {
+	defer func() {
+		if e := stepFailure(recover()); e != nil {
+			for t := range a.owned {
+				a.be.Free(t)
+			}
+			for _, t := range a.t {
+				a.be.Free(t)
+			}
+			err = fmt.Errorf("glm5next: %w", e)
+		}
+	}()
+	a.build(m, form)
+	return nil
 }
 
 // free releases a piece that was copied into a bigger tensor.

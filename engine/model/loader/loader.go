@@ -379,9 +379,13 @@ func upload(be npu.Backend, ck *safetensors.Checkpoint, jobs []job, progress io.
 			if err != nil {
 				return err
 			}
+			t, err := be.FromHost(j.out, data, j.shape...)
+			if err != nil {
+				return fmt.Errorf("loading %s: %w", j.spec.Name, err)
+			}
 			mu.Lock()
 			defer mu.Unlock()
-			out[j.spec.Name] = be.FromHost(j.out, data, j.shape...)
+			out[j.spec.Name] = t
 			if bar != nil {
 				bar.Add64(j.readBytes())
 			}
