@@ -19,9 +19,13 @@ build:
 run: build
 	$(BIN) serve $(MODEL) --host $(HOST) --port $(PORT)
 
-## test: formatting, vet and every unit and integration test (< 20 min on 2 cores).
+## test: formatting, vet and every unit and integration test (< 20 min on 2 cores),
+## then the parity, engine, TP/DP/EP and serving tests again on the checking
+## asynchronous backend (--device cpu-async: same tokens as --device cpu).
+ASYNC_PKGS := ./engine/model/glm5next/ ./engine/core/ ./engine/worker/ ./engine/dp/ ./cmd/npuserve/
 test: fmt-check vet
 	$(GO) test -count=1 -timeout 20m ./...
+	NPUSERVE_TEST_DEVICE=cpu-async $(GO) test -count=1 -timeout 20m $(ASYNC_PKGS)
 
 vet:
 	$(GO) vet ./...
