@@ -132,6 +132,9 @@ func runServe(c *cli.Context) error {
 		logrus.Infof("Loaded %s in %.2f s", dir, time.Since(t0).Seconds())
 	}
 	defer model.Close()
+	if err := model.SetCacheDType(config.CacheNPUDType(plan.Cache.Dtype)); err != nil {
+		return runError("--kv-cache-dtype: %v", err)
+	}
 
 	var tok *tokenizer.Tokenizer
 	if !args.SkipTokenizerInit {
@@ -287,8 +290,8 @@ func logCapacity(st core.Stats, cacheBytes int64, m *glm5next.Model) {
 	if perSeq > 0 {
 		conc = min(tokens/perSeq, st.NumStateSlots)
 	}
-	logrus.Infof("KV cache: %d blocks of %d tokens = %d tokens (%.1f MiB, %d B/token) + %d sequence state slots (%.1f MiB)",
-		st.NumBlocks, st.BlockSize, tokens, float64(int64(tokens)*m.BytesPerToken())/(1<<20), m.BytesPerToken(),
+	logrus.Infof("KV cache: %d blocks of %d tokens = %d tokens (%v, %.1f MiB, %d B/token) + %d sequence state slots (%.1f MiB)",
+		st.NumBlocks, st.BlockSize, tokens, m.CacheDType(), float64(int64(tokens)*m.BytesPerToken())/(1<<20), m.BytesPerToken(),
 		st.NumStateSlots, float64(int64(st.NumStateSlots)*m.BytesPerSequenceState())/(1<<20))
 	logrus.Infof("Capacity: %d concurrent sequences at max-model-len %d (max-num-seqs %d)", conc, st.MaxModelLen, st.NumStateSlots)
 }

@@ -65,14 +65,15 @@ func rankSpec(args *config.EngineArgs, dir string, mc *config.ModelConfig, gen *
 		threads = max(1, runtime.NumCPU()/ranks)
 	}
 	// The cache of one rank: what max_num_seqs sequences of max_model_len
-	// need (at 4 bytes per element on the CPU, twice the plan's 16-bit
-	// sizes), within the CPU cap shared by the node's ranks.
-	need := 2 * int64(plan.Scheduler.MaxNumSeqs) * plan.Cache.BytesPerMaxLenSequence
+	// need at the plan's cache dtype, within the CPU cap shared by the
+	// node's ranks.
+	need := int64(plan.Scheduler.MaxNumSeqs) * plan.Cache.BytesPerMaxLenSequence
 	cacheBytes := max(min(need, cpuCacheCap/int64(ranks)), 16<<20)
 	spec := dp.RankSpec{
-		Topology: worker.Topology{DP: args.DataParallelSize, TP: args.TensorParallelSize, EP: args.EnableExpertParallel},
-		Threads:  threads,
-		Device:   plan.Device.Backend,
+		Topology:   worker.Topology{DP: args.DataParallelSize, TP: args.TensorParallelSize, EP: args.EnableExpertParallel},
+		Threads:    threads,
+		Device:     plan.Device.Backend,
+		CacheDType: config.CacheNPUDType(plan.Cache.Dtype),
 		Engine: core.Options{MaxNumSeqs: plan.Scheduler.MaxNumSeqs, MaxNumBatchedTokens: plan.Scheduler.MaxNumBatchedTokens,
 			MaxModelLen: plan.Scheduler.MaxModelLen, BlockSize: plan.Scheduler.BlockSize, CacheBytes: cacheBytes,
 			EOSTokenIDs: eosIDs(nil, gen, mc), Logf: logrus.Errorf},

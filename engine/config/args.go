@@ -783,8 +783,8 @@ func (a *EngineArgs) WithoutEffect(backend string) []Ignored {
 	if a.Given("limit-mm-per-prompt") {
 		add("limit-mm-per-prompt", "image and video inputs are not implemented yet (text only)")
 	}
-	if a.KVCacheDtype != "auto" {
-		add("kv-cache-dtype", fmt.Sprintf("the cache is kept in %s on the %s backend", cacheDtypeName(backend), backend))
+	if !cacheHonored(a.KVCacheDtype) {
+		add("kv-cache-dtype", fmt.Sprintf("%s caches are not implemented; the cache is kept in %s on the %s backend", a.KVCacheDtype, CacheDType("auto", backend, fmtBF16), backend))
 	}
 	if a.EnablePrefixCaching {
 		add("enable-prefix-caching", "prefix caching is not implemented yet")
@@ -836,14 +836,6 @@ func (a *EngineArgs) AcceptedWithoutEffect(backend string) []string {
 // reference backend and its checking asynchronous twin, cpu-async): such
 // backends compute and cache in float32 and use --threads.
 func HostBackend(backend string) bool { return backend == "cpu" || backend == "cpu-async" }
-
-// cacheDtypeName is the dtype the cache uses on a backend.
-func cacheDtypeName(backend string) string {
-	if HostBackend(backend) {
-		return "float32"
-	}
-	return "bfloat16"
-}
 
 // ---- value parsers (errors without the flag name; the caller adds it) ----
 

@@ -297,7 +297,6 @@ type planner struct {
 	// unquantized element sizes: matrices and the rest.
 	matrixBytes, otherBytes int64
 	actBytes                int64
-	cacheBytes              int64
 }
 
 // BuildPlan resolves args against config.json (model) and the generation
@@ -368,7 +367,7 @@ func (pl *planner) resolveDevice(p *Plan) error {
 	if HostBackend(d.Backend) {
 		// The CPU backend computes and caches in F32.
 		d.ActivationDtype, d.ActivationDtypeSrc = fmtF32, "the cpu backend computes in float32"
-		pl.actBytes, pl.cacheBytes, pl.otherBytes = 4, 4, 4
+		pl.actBytes, pl.otherBytes = 4, 4
 		return nil
 	}
 	switch a.Dtype {
@@ -389,7 +388,6 @@ func (pl *planner) resolveDevice(p *Plan) error {
 		d.ActivationDtype, d.ActivationDtypeSrc = fmtBF16, "--dtype "+a.Dtype
 	}
 	pl.actBytes = dtypeBytes(d.ActivationDtype)
-	pl.cacheBytes = pl.actBytes
 	pl.otherBytes = pl.actBytes
 	pl.matrixBytes = pl.actBytes
 	return nil
@@ -1176,33 +1174,10 @@ func (pl *planner) scheduler(p *Plan) error {
 // glm5next's NewCache (per token in DSA layers, per sequence in KDA
 // layers).
 func (pl *planner) cache(p *Plan) {
-	c := pl.c
-	cb := pl.cacheBytes
-	pc := &p.Cache
-	pc.Dtype, pc.StateDtype = fmtF32, fmtF32
-	if cb == 2 {
-		pc.Dtype = p.Device.ActivationDtype
-	}
-	r, di, kp := int64(c.KVLoraRank), int64(c.IndexHeadDim), int64(c.IndexKPool)
-	for l := range c.NumHiddenLayers {
-		if c.IsDSA(l) {
-			pc.DSALayersCached++
-			pc.LatentBytesPerToken += r * cb
-			if !c.SharedIndexer(l) {
-				pc.FullIndexerLayers++
-				pc.IndexerBytesPerToken += 2 * di * cb
-				pc.PooledBytesPerToken += di * cb / kp
-			}
-			continue
-		}
-		pc.KDALayersCached++
-		// Each TP rank caches its KDA heads.
-		h, k, w := int64(c.LinearNumHeads)/int64(pl.tp), int64(c.LinearHeadDim), int64(c.LinearConvKernelDim)
-		pc.ConvBytesPerSequence += (w - 1) * 3 * h * k * cb
-		pc.StateBytesPerSequence += h * k * k * 4
-	}
-	pc.BytesPerToken = pc.LatentBytesPerToken + pc.IndexerBytesPerToken + pc.PooledBytesPerToken
-	pc.BytesPerSequenceState = pc.ConvBytesPerSequence + pc.StateBytesPerSequence
+	dt := CacheDType(pl.a.KVCacheDtype, p.Device.Backend, p.Device.ActivationDtype)
+	// Each TP rank caches its KDA heads.
+	p.Cache = CacheFootprint(pl.c, dtypeBytes(dt), pl.tp)
+	p.Cache.Dtype, p.Cache.StateDtype = dt, fmtF32
 	pl.maxLenCost(p)
 }
 
@@ -1274,7 +1249,9 @@ func (pl *planner) memory(p *Plan) error {
 			m.StateSlots, fmtBytes(p.Cache.BytesPerSequenceState), fmtBytes(m.StateBytes), fmtBytes(m.CacheBudgetBytes))
 	}
 	if bpt > 0 {
-		m.NumBlocks = (m.CacheBudgetBytes - m.StateBytes) / (bs * bpt)
+		// No block fitting is reported below, with the max-model-len it fails.
+		nb, _ := CacheBlocks(m.CacheBudgetBytes, s.BlockSize, m.StateSlots, bpt, p.Cache.BytesPerSequenceState)
+		m.NumBlocks = int64(nb)
 	}
 	m.TokenCapacity = m.NumBlocks * bs
 

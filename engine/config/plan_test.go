@@ -106,7 +106,7 @@ func TestPlanSeedDeployments(t *testing.T) {
 	// KDA heads are split over TP: per rank, the bf16 conv window and fp32
 	// recurrent state of 64/TP heads, the split parameters over TP, and
 	// q/k/v/o int8 with per-row scales in w8a8.
-	statePerSeq := func(tp int64) int64 { return 34 * (3*3*hk/tp*2 + 64/tp*128*128*4) }
+	statePerSeq := func(tp int64) int64 { return 34 * (3*3*hk/tp*4 + 64/tp*128*128*4) } // fp32 conv window and recurrent state
 	kdaPerRank := func(tp int64) int64 { return kdaLayers * ((kdaLayer-kdaRepl)/tp + kdaRepl) }
 	kdaQuant := func(tp int64) int64 {
 		return kdaLayers * (3*hk/tp*d + 3*hk/tp*4 + d*hk/tp + d*4)
@@ -184,7 +184,7 @@ func TestPlanSeedDeployments(t *testing.T) {
 			want(t, "sum of parts", sum, p.Weights.BytesPerRank)
 			want(t, "all ranks", p.Weights.BytesAllRanks, p.Weights.BytesPerRank*int64(tc.tp*tc.dp))
 
-			// Cache per rank (BF16 on Ascend, fp32 recurrent state).
+			// Cache per rank (BF16 on Ascend, fp32 conv window and recurrent state).
 			want(t, "cache bytes per token", p.Cache.BytesPerToken, int64(cacheTok))
 			want(t, "state per sequence", p.Cache.BytesPerSequenceState, statePerSeq(tp))
 			m := p.Memory

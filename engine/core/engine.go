@@ -186,13 +186,11 @@ func New(model Model, opt Options) (*Engine, error) {
 		if opt.CacheBytes == 0 {
 			return nil, errors.New("engine: set the cache size (NumBlocks or CacheBytes)")
 		}
-		state := int64(opt.MaxNumSeqs) * model.BytesPerSequenceState()
-		perBlock := model.BytesPerToken() * int64(opt.BlockSize)
-		if perBlock <= 0 || opt.CacheBytes-state < perBlock {
-			return nil, fmt.Errorf("engine: a cache of %d bytes holds no block of %d tokens (%d bytes) after %d state slots of %d bytes; lower max_num_seqs or give the cache more memory",
-				opt.CacheBytes, opt.BlockSize, perBlock, opt.MaxNumSeqs, model.BytesPerSequenceState())
+		nb, err := config.CacheBlocks(opt.CacheBytes, opt.BlockSize, opt.MaxNumSeqs, model.BytesPerToken(), model.BytesPerSequenceState())
+		if err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
 		}
-		opt.NumBlocks = int(min((opt.CacheBytes-state)/perBlock, int64(1<<31-1)/int64(opt.BlockSize)))
+		opt.NumBlocks = nb
 	}
 	capacity := opt.NumBlocks * opt.BlockSize
 	if opt.MaxModelLen == 0 {

@@ -2,6 +2,7 @@ package dp
 
 import (
 	"fmt"
+	"github.com/npuserve/npuserve/npu"
 	"time"
 
 	"github.com/npuserve/npuserve/engine/config"
@@ -23,8 +24,11 @@ type RankSpec struct {
 	Seed        int64
 	// Threads per rank for the CPU backend (0: 1).
 	Threads int
-	// Device is the ranks' backend (npu.Open's name; "": cpu).
-	Device string
+	// Device is the ranks' backend (npu.Open's name; "": cpu) and
+	// CacheDType the per-token cache's element type (0: the model's
+	// default for the backend).
+	Device     string
+	CacheDType npu.DType
 	// Engine configures every DP rank's engine.
 	Engine   core.Options
 	IdleWait time.Duration
@@ -88,7 +92,7 @@ func startRank(spec RankSpec, ri hccl.RootInfo, dp, tp int) (*worker.Rank, *work
 	}
 	r, err := worker.Start(worker.Config{Topology: topo, DPRank: dp, TPRank: tp, Groups: groups,
 		ModelDir: spec.ModelDir, Load: spec.Load, Random: spec.Random, RandomDType: spec.RandomDType, Seed: spec.Seed,
-		Device: spec.Device, Threads: threads, Engine: spec.Engine, IdleWait: spec.IdleWait})
+		Device: spec.Device, CacheDType: spec.CacheDType, Threads: threads, Engine: spec.Engine, IdleWait: spec.IdleWait})
 	if err != nil {
 		err = fmt.Errorf("DP rank %d TP rank %d: %w", dp, tp, err)
 		groups.Abort(err)

@@ -64,6 +64,9 @@ type Config struct {
 	Backend npu.Backend
 	Device  string
 	Threads int
+	// CacheDType is the per-token cache's element type (0: the model's
+	// default for the backend; see config.CacheDType).
+	CacheDType npu.DType
 
 	// Engine configures the leader's engine. Start sets its Lockstep when
 	// the topology needs one; IdleWait is the lockstep's idle wait (0:
@@ -128,6 +131,12 @@ func Start(cfg Config) (*Rank, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("worker: rank %d: %w", g.World.Rank(), err)
+	}
+	if cfg.CacheDType != 0 {
+		if err := m.SetCacheDType(cfg.CacheDType); err != nil {
+			m.Close()
+			return nil, fmt.Errorf("worker: rank %d: %w", g.World.Rank(), err)
+		}
 	}
 	r := &Rank{cfg: cfg, model: m, done: make(chan struct{})}
 	if cfg.TPRank != 0 {

@@ -2,6 +2,7 @@ package glm5next
 
 import (
 	"fmt"
+	"github.com/npuserve/npuserve/engine/config"
 
 	"github.com/npuserve/npuserve/npu"
 )
@@ -53,12 +54,12 @@ func (m *Model) NewCache(numBlocks, blockSize, stateSlots int) (*Cache, error) {
 		Layers: make([]LayerCache, len(m.layers)),
 	}
 	var err error
-	alloc := func(what string, l int, shape ...int) *npu.Tensor {
+	alloc := func(what string, l int, dt npu.DType, shape ...int) *npu.Tensor {
 		if err != nil {
 			return nil
 		}
 		var t *npu.Tensor
-		if t, err = m.be.Alloc(npu.F32, shape...); err != nil {
+		if t, err = m.be.Alloc(dt, shape...); err != nil {
 			err = fmt.Errorf("glm5next: cache of layer %d (%s): %w", l, what, err)
 		}
 		return t
@@ -66,15 +67,15 @@ func (m *Model) NewCache(numBlocks, blockSize, stateSlots int) (*Cache, error) {
 	for l, ly := range m.layers {
 		lc := &c.Layers[l]
 		if ly.mla != nil {
-			lc.Latent = alloc("MLA latents", l, c.TokenSlots, d.R)
+			lc.Latent = alloc("MLA latents", l, m.cacheDT, c.TokenSlots, d.R)
 			if ly.mla.idx != nil {
-				lc.IndexKeys = alloc("indexer keys", l, c.TokenSlots, d.Di)
-				lc.IndexGates = alloc("indexer gates", l, c.TokenSlots, d.Di)
-				lc.Pooled = alloc("pooled indexer keys", l, c.PoolSlots, d.Di)
+				lc.IndexKeys = alloc("indexer keys", l, m.cacheDT, c.TokenSlots, d.Di)
+				lc.IndexGates = alloc("indexer gates", l, m.cacheDT, c.TokenSlots, d.Di)
+				lc.Pooled = alloc("pooled indexer keys", l, m.cacheDT, c.PoolSlots, d.Di)
 			}
 		} else {
-			lc.Conv = alloc("KDA conv window", l, stateSlots, d.W-1, 3*d.H*d.K)
-			lc.State = alloc("KDA state", l, stateSlots, d.H, d.K, d.K)
+			lc.Conv = alloc("KDA conv window", l, npu.F32, stateSlots, d.W-1, 3*d.H*d.K)
+			lc.State = alloc("KDA state", l, npu.F32, stateSlots, d.H, d.K, d.K)
 		}
 	}
 	if err != nil {
@@ -98,33 +99,40 @@ func (c *Cache) Free(be npu.Backend) {
 }
 
 // BytesPerToken is the cache memory one token position takes in every DSA
-// layer (latent, raw indexer key and gate, and its share of a pooled key),
-// for capacity planning.
+// layer (latent, raw indexer key and gate, and its share of a pooled key)
+// at the model's cache dtype, for capacity planning (config.CacheFootprint,
+// the planner's formula).
 func (m *Model) BytesPerToken() int64 {
-	d := m.d
-	var b int64
-	for _, ly := range m.layers {
-		if ly.mla == nil {
-			continue
-		}
-		b += int64(d.R) * 4
-		if ly.mla.idx != nil {
-			b += int64(2*d.Di)*4 + int64(d.Di)*4/int64(d.KPool)
-		}
-	}
-	return b
+	return config.CacheFootprint(m.cfg, int64(m.cacheDT.Size()), m.tpSize()).BytesPerToken
 }
 
 // BytesPerSequenceState is the fixed cache memory of one sequence (KDA conv
-// window and recurrent state of every KDA layer), i.e. of one state slot.
+// window and recurrent state of this rank's KDA heads, fp32), i.e. of one
+// state slot.
 func (m *Model) BytesPerSequenceState() int64 {
-	d := m.d
-	var b int64
-	for _, ly := range m.layers {
-		if ly.kda == nil {
-			continue
-		}
-		b += int64(d.W-1)*int64(3*d.H*d.K)*4 + int64(d.H)*int64(d.K)*int64(d.K)*4
+	return config.CacheFootprint(m.cfg, int64(m.cacheDT.Size()), m.tpSize()).BytesPerSequenceState
+}
+
+// CacheDType is the element type of the per-token cache (F32 on the host
+// backends, BF16 on accelerators, unless SetCacheDType chose).
+func (m *Model) CacheDType() npu.DType { return m.cacheDT }
+
+// SetCacheDType chooses the per-token cache's element type (F32, BF16 or
+// F16: --kv-cache-dtype through config.CacheDType) for caches made after
+// the call.
+func (m *Model) SetCacheDType(dt npu.DType) error {
+	switch dt {
+	case npu.F32, npu.BF16, npu.F16:
+		m.cacheDT = dt
+		return nil
 	}
-	return b
+	return fmt.Errorf("glm5next: cache dtype %v (want F32, BF16 or F16)", dt)
+}
+
+// tpSize is the number of TP ranks splitting the KDA heads.
+func (m *Model) tpSize() int {
+	if m.par.tp() {
+		return m.par.TPSize
+	}
+	return 1
 }

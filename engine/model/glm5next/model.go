@@ -38,6 +38,9 @@ type Model struct {
 	par   *parallel               // tensor/expert-parallel placement (nil: single rank)
 	owned []*npu.Tensor           // every weight tensor to free on Close
 
+	// cacheDT is the per-token cache's element type.
+	cacheDT npu.DType
+
 	// hostWords is the reused host buffer of the step's batch upload.
 	hostWords []int32
 
@@ -167,7 +170,10 @@ func newModel(be npu.Backend, cfg *config.ModelConfig) (*Model, error) {
 		return nil, err
 	}
 	d := newDims(cfg)
-	m := &Model{be: be, cfg: cfg, d: d, ws: scratch{be: be}}
+	m := &Model{be: be, cfg: cfg, d: d, ws: scratch{be: be}, cacheDT: npu.F32}
+	if be.Info().Accelerator {
+		m.cacheDT = npu.BF16 // config.CacheDType("auto", ...)
+	}
 	m.hc = npu.HCParams{Streams: d.n, SinkhornIters: cfg.HCSinkhornIters, Eps: float32(cfg.HCEps), RMSEps: d.RMSEps}
 	m.gate = npu.KDAGateParams{HeadDim: d.K}
 	if lb := cfg.LinearLowerBound; lb != nil {

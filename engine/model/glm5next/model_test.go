@@ -403,3 +403,49 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// TestHalfCache: a bf16 or f16 per-token cache (--kv-cache-dtype) halves
+// the bytes per token, keeps the KDA state fp32, and gives logits within
+// 16-bit rounding of the f32 cache through prefill chunks and decode steps.
+func TestHalfCache(t *testing.T) {
+	be := nputest.Open(0)
+	for vi, v := range testVariants {
+		for _, dt := range []npu.DType{npu.BF16, npu.F16} {
+			t.Run(fmt.Sprintf("%s/%v", v.name, dt), func(t *testing.T) {
+				cfg := testConfig(t, v.over)
+				m := testModel(t, be, cfg, int64(vi+1))
+				toks := randTokens(rand.New(rand.NewPCG(uint64(vi), 2)), 40, cfg.VocabSize)
+				full, state := m.BytesPerToken(), m.BytesPerSequenceState()
+				ref := newSession(t, m, 8, 8, 1).run(toks, 7)
+				if err := m.SetCacheDType(dt); err != nil {
+					t.Fatal(err)
+				}
+				defer m.SetCacheDType(npu.F32)
+				if got := m.BytesPerToken(); 2*got != full {
+					t.Fatalf("%v cache: %d bytes per token, f32 %d", dt, got, full)
+				}
+				if got := m.BytesPerSequenceState(); got != state {
+					t.Fatalf("%v cache: state %d bytes per sequence, want the fp32 %d", dt, got, state)
+				}
+				s := newSession(t, m, 8, 8, 1)
+				for _, lc := range s.cache.Layers {
+					if lc.Latent != nil && lc.Latent.DType() != dt || lc.State != nil && lc.State.DType() != npu.F32 {
+						t.Fatalf("cache tensors %v / %v", lc.Latent, lc.State)
+					}
+				}
+				got := s.run(toks, 7)
+				d := relDiff(got, ref)
+				t.Logf("%v cache: max relative logit difference %.3g", dt, d)
+				if d > 2e-2 || math.IsNaN(d) {
+					t.Fatalf("%v cache: max relative logit difference %g", dt, d)
+				}
+				if (d == 0) != (full == 0) { // no DSA layer: nothing per token is cached
+					t.Fatalf("%v cache: difference %g with %d f32 bytes per token", dt, d, full)
+				}
+			})
+		}
+	}
+	if err := (&Model{}).SetCacheDType(npu.I8); err == nil {
+		t.Error("an I8 cache was accepted")
+	}
+}
