@@ -20,17 +20,22 @@ func (b *buffer) Bytes() int { return len(b.data) }
 // Backend is the CPU backend.
 type Backend struct {
 	threads int
+	pool    *pool // helpers of parallelFor; nil for one thread
 }
 
 var _ npu.Backend = (*Backend)(nil)
 
 // New returns a CPU backend using up to threads worker goroutines inside
-// ops (0 = GOMAXPROCS).
+// ops (0 = GOMAXPROCS): the calling one and threads-1 pooled workers,
+// started on first use and stopped once the Backend is unreachable (see
+// parallel.go).
 func New(threads int) *Backend {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	return &Backend{threads: threads}
+	b := &Backend{threads: threads}
+	b.pool = newPool(b, threads)
+	return b
 }
 
 // Name is "cpu".

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"sync/atomic"
 
 	"github.com/npuserve/npuserve/npu"
 )
@@ -348,42 +347,6 @@ func (be *Backend) gemmSmall(k *matmulKernels, o, xv []float32, wb []byte, wdt n
 			}
 		}
 	})
-}
-
-// parallelChunks runs fn over [0, n) in chunks of `chunk` items handed
-// out on demand to up to be.threads goroutines (the caller's among them),
-// so that a thread delayed by the OS does not hold up the others.
-func (be *Backend) parallelChunks(n, chunk int, fn func(lo, hi int)) {
-	if n <= 0 {
-		return
-	}
-	chunk = max(1, chunk)
-	chunks := (n + chunk - 1) / chunk
-	workers := min(be.threads, chunks)
-	if workers <= 1 {
-		fn(0, n)
-		return
-	}
-	var next atomic.Int64
-	work := func() {
-		for {
-			c := int(next.Add(1)) - 1
-			if c >= chunks {
-				return
-			}
-			fn(c*chunk, min((c+1)*chunk, n))
-		}
-	}
-	var wg sync.WaitGroup
-	wg.Add(workers - 1)
-	for i := 1; i < workers; i++ {
-		go func() {
-			defer wg.Done()
-			work()
-		}()
-	}
-	work()
-	wg.Wait()
 }
 
 // gemv is the matrix-vector product for M == 1: w is streamed once, split

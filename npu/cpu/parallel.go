@@ -1,31 +1,281 @@
 package cpu
 
-import "sync"
+import (
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+)
+
+// Ops fork and join hundreds of times per decode step, so a fork/join must
+// not create goroutines: each Backend has a pool of worker goroutines that
+// help the calling goroutine with its ranges. The design rests on one rule:
+// the caller always participates and claims ranges itself, from the same
+// atomic counter as the helpers, so a job never waits for a worker to
+// start, only for ranges a worker has already claimed and is running.
+// Hence:
+//   - help is opportunistic: a missed wake-up or a busy pool costs
+//     parallelism, never correctness or progress;
+//   - nested calls (a range calling parallelFor) and concurrent calls from
+//     several goroutines cannot deadlock: a goroutine waits only on ranges
+//     claimed after its job was posted, by goroutines that run them to the
+//     end, so the waits form no cycle;
+//   - oversubscription (threads > cores) degrades gracefully: at most
+//     GOMAXPROCS-1 helpers are called per job (more cannot run at once),
+//     and whoever runs first takes the ranges the others have not.
+//
+// The split of [0, n) into ranges is the same as ever (results that
+// depend on it, such as per-range partial sums, are unchanged); only who
+// runs which range, and when, varies.
 
 // parallelFor splits [0, n) into at most b.threads contiguous ranges of at
 // least grain items and runs fn on each, in parallel, returning when all are
-// done. Small n runs inline on the caller's goroutine.
+// done. Small n runs inline on the caller's goroutine. A panic in any range
+// is re-raised on the caller's goroutine once all ranges have finished (see
+// partPanic).
 func (b *Backend) parallelFor(n, grain int, fn func(lo, hi int)) {
 	if n <= 0 {
 		return
 	}
-	if grain < 1 {
-		grain = 1
-	}
+	grain = max(grain, 1)
 	parts := min(b.threads, (n+grain-1)/grain)
 	if parts <= 1 {
 		fn(0, n)
 		return
 	}
-	var wg sync.WaitGroup
-	step := (n + parts - 1) / parts
-	for lo := 0; lo < n; lo += step {
-		hi := min(lo+step, n)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(lo, hi)
-		}()
+	b.pool.run(n, (n+parts-1)/parts, b.threads, fn)
+}
+
+// parallelChunks runs fn over [0, n) in chunks of `chunk` items handed
+// out on demand to up to be.threads goroutines (the caller's among them),
+// so that a thread delayed by the OS does not hold up the others.
+func (b *Backend) parallelChunks(n, chunk int, fn func(lo, hi int)) {
+	if n <= 0 {
+		return
 	}
-	wg.Wait()
+	chunk = max(1, chunk)
+	if min(b.threads, (n+chunk-1)/chunk) <= 1 {
+		fn(0, n)
+		return
+	}
+	b.pool.run(n, chunk, b.threads, fn)
+}
+
+// Spinning: an idle worker polls for jobs for a while before parking, so
+// that back-to-back ops (the norm within a forward pass) find it awake; a
+// caller waiting for its helpers' last ranges polls likewise before
+// blocking. Polls are cheap loads; every spinPolls of them the goroutine
+// yields (runtime.Gosched, which takes the scheduler's lock, hence not
+// more often), so that on an oversubscribed machine a spinner does not
+// keep a runnable goroutine off its P for long; after spinYields yields
+// it parks, so an idle engine burns no CPU. On the x86-64 development
+// machine a worker's whole spin lasts about 60µs.
+const (
+	spinPolls  = 2048
+	spinYields = 32
+)
+
+// pool is a Backend's set of worker goroutines. Workers start on demand
+// (up to max) and exit when quit is closed, which a cleanup does once the
+// Backend is unreachable; they refer to the pool, never to the Backend.
+type pool struct {
+	max     int32         // workers at most (threads-1)
+	started atomic.Int32  // workers running
+	awake   atomic.Int32  // workers not parked (spinning or helping)
+	procs   atomic.Int32  // GOMAXPROCS as last seen by a caller
+	queued  atomic.Int32  // entries in jobs, for spinners to poll
+	jobs    chan *job     // posted jobs, one entry per helper wanted
+	wake    chan struct{} // unbuffered: a send succeeds only if a worker is parked
+	quit    chan struct{}
+}
+
+// newPool returns the pool of a Backend of threads threads, or nil for
+// one thread (everything runs inline), and arranges for its workers to
+// exit once b is unreachable.
+func newPool(b *Backend, threads int) *pool {
+	if threads <= 1 {
+		return nil
+	}
+	p := &pool{
+		max:  int32(threads - 1),
+		jobs: make(chan *job, 2*threads),
+		wake: make(chan struct{}),
+		quit: make(chan struct{}),
+	}
+	runtime.AddCleanup(b, func(quit chan struct{}) { close(quit) }, p.quit)
+	return p
+}
+
+// job is one fork/join: ranges [i*step, min((i+1)*step, n)) for i in
+// [0, parts). Entries of a finished job may linger in pool.jobs; whoever
+// receives one finds no range left to claim and drops it.
+type job struct {
+	fn        func(lo, hi int) // cleared when done, so lingering entries pin nothing
+	n, step   int
+	parts     int64
+	next      atomic.Int64   // next range to claim
+	remaining atomic.Int64   // ranges not yet finished
+	done      sync.WaitGroup // released by whoever finishes the last range
+	panicked  atomic.Pointer[partPanic]
+}
+
+// run runs fn over the ranges of [0, n) of step items, with the caller
+// and up to maxPar-1 workers, and returns when all are done.
+func (p *pool) run(n, step, maxPar int, fn func(lo, hi int)) {
+	j := &job{fn: fn, n: n, step: step, parts: int64((n + step - 1) / step)}
+	j.remaining.Store(j.parts)
+	j.done.Add(1)
+	procs := runtime.GOMAXPROCS(0)
+	if int(p.procs.Load()) != procs {
+		p.procs.Store(int32(procs))
+	}
+	helpers := min(int(j.parts), maxPar, procs) - 1
+	for range helpers {
+		select {
+		case p.jobs <- j:
+			p.queued.Add(1)
+		default: // full of lingering entries: do with less help
+		}
+	}
+	// Awake workers will take the entries (a worker still returning
+	// from the previous job counts: it is about to spin); wake parked
+	// ones, or start new ones, for the rest.
+	for range helpers - int(p.awake.Load()) {
+		select {
+		case p.wake <- struct{}{}:
+			p.awake.Add(1)
+		default:
+			if p.started.Add(1) <= p.max {
+				p.awake.Add(1)
+				go p.worker()
+			} else {
+				p.started.Add(-1)
+			}
+		}
+	}
+	j.work()
+	for y := 0; y < spinYields && j.remaining.Load() != 0; y++ {
+		for i := 0; i < spinPolls && j.remaining.Load() != 0; i++ {
+		}
+		runtime.Gosched()
+	}
+	j.done.Wait()
+	j.fn = nil
+	if pp := j.panicked.Load(); pp != nil {
+		panic(pp)
+	}
+}
+
+// work claims and runs ranges of j until none is left.
+func (j *job) work() {
+	for {
+		i := j.next.Add(1) - 1
+		if i >= j.parts {
+			return
+		}
+		j.runRange(int(i))
+	}
+}
+
+// runRange runs range i, recording a panic rather than letting it kill
+// the process (on a worker) or skip the join (on the caller).
+func (j *job) runRange(i int) {
+	defer func() {
+		if r := recover(); r != nil {
+			pp, ok := r.(*partPanic) // from a nested parallelFor: already has its stack
+			if !ok {
+				pp = &partPanic{value: r, stack: debug.Stack()}
+			}
+			j.panicked.CompareAndSwap(nil, pp)
+		}
+		if j.remaining.Add(-1) == 0 {
+			j.done.Done()
+		}
+	}()
+	lo := i * j.step
+	j.fn(lo, min(lo+j.step, j.n))
+}
+
+// worker helps with posted jobs, spinning between them, and parks when
+// none comes for a while. It starts awake, counted by its starter.
+func (p *pool) worker() {
+	awake := true
+	defer func() { // also on runtime.Goexit in a range
+		if awake {
+			p.awake.Add(-1)
+		}
+		p.started.Add(-1)
+	}()
+	for {
+		if j := p.poll(); j != nil {
+			j.work()
+			continue
+		}
+		// Re-check after leaving the awake count: a caller that counted
+		// this worker woke no one for its entry.
+		awake = false
+		p.awake.Add(-1)
+		select {
+		case j := <-p.jobs:
+			p.queued.Add(-1)
+			awake = true
+			p.awake.Add(1)
+			j.work()
+			continue
+		default:
+		}
+		// Parked workers wait on wake, not on jobs: a send to jobs would
+		// go to them first and leave the spinners idle.
+		select {
+		case <-p.wake: // the waker counted this worker awake
+			awake = true
+		case <-p.quit:
+			return
+		}
+	}
+}
+
+// poll spins for a posted job and returns it, or nil after the spin. It
+// returns nil at once when more workers are awake than can run beside a
+// caller (GOMAXPROCS-1): extra spinners would only take turns on the
+// Ps, and the caller's too.
+func (p *pool) poll() *job {
+	if p.awake.Load() >= p.procs.Load() {
+		return nil
+	}
+	for range spinYields {
+		for range spinPolls {
+			if p.queued.Load() > 0 {
+				select {
+				case j := <-p.jobs:
+					p.queued.Add(-1)
+					return j
+				default:
+				}
+			}
+		}
+		runtime.Gosched()
+	}
+	return nil
+}
+
+// partPanic is the value parallelFor panics with on the caller's
+// goroutine when a range panicked: the original value and the stack of
+// the goroutine that raised it (the caller's own stack does not say where
+// a worker failed). It is an error whose message carries that stack, for
+// the engine's recover to report, and whose Unwrap is the original value
+// when that is an error, so errors.As and errors.Is still find it.
+type partPanic struct {
+	value any
+	stack []byte
+}
+
+func (p *partPanic) Error() string {
+	return fmt.Sprintf("%v\n[panic in a parallel range of the CPU backend]\n%s", p.value, p.stack)
+}
+
+func (p *partPanic) Unwrap() error {
+	err, _ := p.value.(error)
+	return err
 }
