@@ -470,6 +470,9 @@ func (e *Engine) safeStep() (fatal error) {
 					err = fmt.Errorf("engine: step failed: %w", perr)
 				}
 				stack = debug.Stack()
+				if ps, ok := p.(interface{ Stack() []byte }); ok {
+					stack = ps.Stack() // the goroutine that panicked (a backend worker)
+				}
 			}
 		}()
 		if _, serr := e.step(); serr != nil {

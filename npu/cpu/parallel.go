@@ -263,17 +263,19 @@ func (p *pool) poll() *job {
 // partPanic is the value parallelFor panics with on the caller's
 // goroutine when a range panicked: the original value and the stack of
 // the goroutine that raised it (the caller's own stack does not say where
-// a worker failed). It is an error whose message carries that stack, for
-// the engine's recover to report, and whose Unwrap is the original value
-// when that is an error, so errors.As and errors.Is still find it.
+// a worker failed). It is an error with the original message (stacks do
+// not belong in the errors requests fail with), whose Stack is the
+// worker's stack for the engine's log, and whose Unwrap is the original
+// value when that is an error, so errors.As and errors.Is still find it.
 type partPanic struct {
 	value any
 	stack []byte
 }
 
-func (p *partPanic) Error() string {
-	return fmt.Sprintf("%v\n[panic in a parallel range of the CPU backend]\n%s", p.value, p.stack)
-}
+func (p *partPanic) Error() string { return fmt.Sprint(p.value) }
+
+// Stack is the stack of the goroutine whose range panicked.
+func (p *partPanic) Stack() []byte { return p.stack }
 
 func (p *partPanic) Unwrap() error {
 	err, _ := p.value.(error)
