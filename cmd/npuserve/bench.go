@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +32,7 @@ func benchCommand() *cli.Command {
 					&cli.StringFlag{Name: "batch", Value: "1,32", Usage: "comma-separated batch sizes"},
 					&cli.IntFlag{Name: "context", Value: 64, Usage: "prompt tokens per sequence before decoding"},
 					&cli.IntFlag{Name: "steps", Value: 16, Usage: "timed decode steps"},
+					&cli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the timed runs to this file (go tool pprof)"},
 					&cli.StringFlag{Name: "dtype", Value: "bfloat16", Usage: "weight dtype: float32 or bfloat16"},
 					&cli.IntFlag{Name: "threads", Value: 0, Usage: "CPU threads (0 = all)"},
 					deviceFlag(),
@@ -61,6 +63,17 @@ type decodeResult struct {
 }
 
 func runBenchDecode(c *cli.Context) error {
+	if p := c.String("cpuprofile"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			return runError("--cpuprofile: %v", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return runError("--cpuprofile: %v", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	data, err := os.ReadFile(c.String("config"))
 	if err != nil {
 		return runError("--config: %v", err)

@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Ops fork and join hundreds of times per decode step, so a fork/join must
@@ -62,31 +63,31 @@ func (b *Backend) parallelChunks(n, chunk int, fn func(lo, hi int)) {
 	b.pool.run(n, chunk, b.threads, fn)
 }
 
-// Spinning: an idle worker polls for jobs for a while before parking, so
-// that back-to-back ops (the norm within a forward pass) find it awake; a
-// caller waiting for its helpers' last ranges polls likewise before
-// blocking. Polls are cheap loads; every spinPolls of them the goroutine
-// yields (runtime.Gosched, which takes the scheduler's lock, hence not
-// more often), so that on an oversubscribed machine a spinner does not
-// keep a runnable goroutine off its P for long; after spinYields yields
-// it parks, so an idle engine burns no CPU. On the x86-64 development
-// machine a worker's whole spin lasts about 60µs.
+// Spinning: an idle worker polls for jobs for a while (spinTime) before
+// parking, so that back-to-back ops (the norm within a forward pass) find
+// it awake; a caller waiting for its helpers' last ranges polls likewise
+// before blocking. A poll is one atomic load of the pool's current job
+// (no channel, no lock: with 15 spinners, channel receives and
+// runtime.Gosched calls serialised on runtime locks and made 16 threads
+// slower than 8). Spinners yield (runtime.Gosched) only when the pool has
+// more threads than GOMAXPROCS, so that on an oversubscribed machine a
+// spinner does not keep a runnable goroutine off its P; after spinTime
+// they park, so an idle engine burns no CPU.
 const (
-	spinPolls  = 2048
-	spinYields = 32
+	spinPolls = 256 // polls between clock reads (and yields)
+	spinTime  = 60 * time.Microsecond
 )
 
 // pool is a Backend's set of worker goroutines. Workers start on demand
 // (up to max) and exit when quit is closed, which a cleanup does once the
 // Backend is unreachable; they refer to the pool, never to the Backend.
 type pool struct {
-	max     int32         // workers at most (threads-1)
-	started atomic.Int32  // workers running
-	awake   atomic.Int32  // workers not parked (spinning or helping)
-	procs   atomic.Int32  // GOMAXPROCS as last seen by a caller
-	queued  atomic.Int32  // entries in jobs, for spinners to poll
-	jobs    chan *job     // posted jobs, one entry per helper wanted
-	wake    chan struct{} // unbuffered: a send succeeds only if a worker is parked
+	max     int32               // workers at most (threads-1)
+	started atomic.Int32        // workers running
+	awake   atomic.Int32        // workers not parked (spinning or helping)
+	procs   atomic.Int32        // GOMAXPROCS as last seen by a caller
+	cur     atomic.Pointer[job] // the latest posted job, for helpers to claim ranges of
+	wake    chan struct{}       // unbuffered: a send succeeds only if a worker is parked
 	quit    chan struct{}
 }
 
@@ -99,7 +100,6 @@ func newPool(b *Backend, threads int) *pool {
 	}
 	p := &pool{
 		max:  int32(threads - 1),
-		jobs: make(chan *job, 2*threads),
 		wake: make(chan struct{}),
 		quit: make(chan struct{}),
 	}
@@ -108,8 +108,10 @@ func newPool(b *Backend, threads int) *pool {
 }
 
 // job is one fork/join: ranges [i*step, min((i+1)*step, n)) for i in
-// [0, parts). Entries of a finished job may linger in pool.jobs; whoever
-// receives one finds no range left to claim and drops it.
+// [0, parts). A finished job may linger in pool.cur until the next is
+// posted; a helper finds no range left to claim and ignores it. A newer
+// job replaces an older one there (nested or concurrent calls): the older
+// one's caller still claims its own remaining ranges.
 type job struct {
 	fn        func(lo, hi int) // cleared when done, so lingering entries pin nothing
 	n, step   int
@@ -131,16 +133,10 @@ func (p *pool) run(n, step, maxPar int, fn func(lo, hi int)) {
 		p.procs.Store(int32(procs))
 	}
 	helpers := min(int(j.parts), maxPar, procs) - 1
-	for range helpers {
-		select {
-		case p.jobs <- j:
-			p.queued.Add(1)
-		default: // full of lingering entries: do with less help
-		}
-	}
-	// Awake workers will take the entries (a worker still returning
-	// from the previous job counts: it is about to spin); wake parked
-	// ones, or start new ones, for the rest.
+	p.cur.Store(j)
+	// Awake workers will see the job (a worker still returning from the
+	// previous job counts: it is about to spin); wake parked ones, or
+	// start new ones, for the rest.
 	for range helpers - int(p.awake.Load()) {
 		select {
 		case p.wake <- struct{}{}:
@@ -155,11 +151,7 @@ func (p *pool) run(n, step, maxPar int, fn func(lo, hi int)) {
 		}
 	}
 	j.work()
-	for y := 0; y < spinYields && j.remaining.Load() != 0; y++ {
-		for i := 0; i < spinPolls && j.remaining.Load() != 0; i++ {
-		}
-		runtime.Gosched()
-	}
+	p.spin(func() bool { return j.remaining.Load() == 0 })
 	j.done.Wait()
 	j.fn = nil
 	if pp := j.panicked.Load(); pp != nil {
@@ -197,6 +189,27 @@ func (j *job) runRange(i int) {
 	j.fn(lo, min(lo+j.step, j.n))
 }
 
+// spin polls ready for up to spinTime and reports whether it became true.
+func (p *pool) spin(ready func() bool) bool {
+	yield := p.max+1 > p.procs.Load() // oversubscribed: let others run
+	var start time.Time
+	for {
+		for range spinPolls {
+			if ready() {
+				return true
+			}
+		}
+		if start.IsZero() {
+			start = time.Now()
+		} else if time.Since(start) > spinTime {
+			return false
+		}
+		if yield {
+			runtime.Gosched()
+		}
+	}
+}
+
 // worker helps with posted jobs, spinning between them, and parks when
 // none comes for a while. It starts awake, counted by its starter.
 func (p *pool) worker() {
@@ -213,20 +226,15 @@ func (p *pool) worker() {
 			continue
 		}
 		// Re-check after leaving the awake count: a caller that counted
-		// this worker woke no one for its entry.
+		// this worker woke no one for its job.
 		awake = false
 		p.awake.Add(-1)
-		select {
-		case j := <-p.jobs:
-			p.queued.Add(-1)
+		if j := p.open(); j != nil {
 			awake = true
 			p.awake.Add(1)
 			j.work()
 			continue
-		default:
 		}
-		// Parked workers wait on wake, not on jobs: a send to jobs would
-		// go to them first and leave the spinners idle.
 		select {
 		case <-p.wake: // the waker counted this worker awake
 			awake = true
@@ -236,28 +244,25 @@ func (p *pool) worker() {
 	}
 }
 
-// poll spins for a posted job and returns it, or nil after the spin. It
-// returns nil at once when more workers are awake than can run beside a
-// caller (GOMAXPROCS-1): extra spinners would only take turns on the
-// Ps, and the caller's too.
+// open returns the current job if it has ranges left to claim.
+func (p *pool) open() *job {
+	if j := p.cur.Load(); j != nil && j.next.Load() < j.parts {
+		return j
+	}
+	return nil
+}
+
+// poll spins for a job with ranges to claim and returns it, or nil after
+// the spin. It returns nil at once when more workers are awake than can
+// run beside a caller (GOMAXPROCS-1): extra spinners would only take
+// turns on the Ps, and the caller's too.
 func (p *pool) poll() *job {
 	if p.awake.Load() >= p.procs.Load() {
 		return nil
 	}
-	for range spinYields {
-		for range spinPolls {
-			if p.queued.Load() > 0 {
-				select {
-				case j := <-p.jobs:
-					p.queued.Add(-1)
-					return j
-				default:
-				}
-			}
-		}
-		runtime.Gosched()
-	}
-	return nil
+	var j *job
+	p.spin(func() bool { j = p.open(); return j != nil })
+	return j
 }
 
 // partPanic is the value parallelFor panics with on the caller's
