@@ -191,7 +191,7 @@ func generateOne(m *glm5next.Model, prompt []int32, eos []int, c *cli.Context) (
 	}
 	const block = core.DefaultBlockSize
 	total := len(prompt) + maxTokens
-	e, err := core.New(m, core.Options{
+	e, err := core.New(m.Engine(), core.Options{
 		MaxNumSeqs:          1,
 		MaxNumBatchedTokens: c.Int("chunk-size"),
 		MaxModelLen:         total,

@@ -18,7 +18,8 @@ import (
 	"github.com/npuserve/npuserve/engine/config"
 	"github.com/npuserve/npuserve/engine/core"
 	"github.com/npuserve/npuserve/engine/dp"
-	"github.com/npuserve/npuserve/engine/model/glm5next"
+	enginemodel "github.com/npuserve/npuserve/engine/model"
+	_ "github.com/npuserve/npuserve/engine/model/glm5next" // registers glm5_next
 	"github.com/npuserve/npuserve/engine/sampling"
 	"github.com/npuserve/npuserve/engine/server"
 	"github.com/npuserve/npuserve/engine/tokenizer"
@@ -99,9 +100,6 @@ func runServe(c *cli.Context) error {
 	if multiRank(args) {
 		return runServeParallel(args, dir, modelCfg, gen, plan)
 	}
-	if err := checkSingleRank(args); err != nil {
-		return usageError("serve: %v", err)
-	}
 	be, err := openDevice(plan.Device.Backend, args.Threads)
 	if err != nil {
 		return runError("serve: %v", err)
@@ -115,20 +113,22 @@ func runServe(c *cli.Context) error {
 		return usageError("--dtype: %v", err)
 	}
 	t0 := time.Now()
-	var model *glm5next.Model
-	if args.LoadFormat == "dummy" {
-		if model, err = glm5next.NewRandomParallel(be, modelCfg, dtype, args.Seed, nil); err != nil {
-			return runError("--load-format dummy: %v", err)
-		}
+	// The implementation is the one registered for config.json's
+	// model_type (engine/model).
+	opt := enginemodel.OpenOptions{DType: dtype, Quantization: config.LoaderQuantization(args.Quantization), Log: logrus.Infof,
+		Random: args.LoadFormat == "dummy", Seed: args.Seed}
+	if isatty.IsTerminal(os.Stderr.Fd()) && !opt.Random {
+		opt.Progress = os.Stderr
+	}
+	model, err := enginemodel.Open(be, dir, modelCfg, opt)
+	switch {
+	case err != nil && opt.Random:
+		return runError("--load-format dummy: %v", err)
+	case err != nil:
+		return runError("--model: %v", err)
+	case opt.Random:
 		logrus.Infof("Built %s with random weights (--load-format dummy) in %.2f s", dir, time.Since(t0).Seconds())
-	} else {
-		opt := glm5next.LoadOptions{DType: dtype, Quantization: config.LoaderQuantization(args.Quantization), Log: logrus.Infof}
-		if isatty.IsTerminal(os.Stderr.Fd()) {
-			opt.Progress = os.Stderr
-		}
-		if model, err = glm5next.Load(be, dir, opt); err != nil {
-			return runError("--model: %v", err)
-		}
+	default:
 		logrus.Infof("Loaded %s in %.2f s", dir, time.Since(t0).Seconds())
 	}
 	defer model.Close()
@@ -237,22 +237,6 @@ func runServe(c *cli.Context) error {
 	return nil
 }
 
-// checkSingleRank refuses layouts with more than one device rank: multi-
-// rank serving (TP/DP/EP, head and headless nodes) is issue 4.
-func checkSingleRank(a *config.EngineArgs) error {
-	switch {
-	case a.Headless:
-		return errors.New("--headless: multi-node data-parallel serving is not implemented in this build yet (issue 4); run one node without --headless")
-	case a.DataParallelSize > 1:
-		return fmt.Errorf("--data-parallel-size %d: data-parallel serving is not implemented in this build yet (issue 4); use --data-parallel-size 1", a.DataParallelSize)
-	case a.TensorParallelSize > 1:
-		return fmt.Errorf("--tensor-parallel-size %d: tensor-parallel serving is not implemented in this build yet (issue 4); use --tensor-parallel-size 1", a.TensorParallelSize)
-	case a.EnableExpertParallel:
-		return errors.New("--enable-expert-parallel: expert-parallel serving is not implemented in this build yet (issue 4)")
-	}
-	return nil
-}
-
 // cpuDType maps --dtype to the weight dtype the CPU backend loads.
 func cpuDType(d string) (string, error) {
 	switch d {
@@ -269,7 +253,7 @@ func cpuDType(d string) (string, error) {
 // cpuCacheBytes sizes the cache on the CPU: --gpu-memory-utilization of
 // host RAM minus the weights, capped at cpuCacheCap and at what
 // max_num_seqs sequences of max_model_len can ever use.
-func cpuCacheBytes(ram int64, util float64, plan *config.Plan, m *glm5next.Model) int64 {
+func cpuCacheBytes(ram int64, util float64, plan *config.Plan, m enginemodel.Model) int64 {
 	weights := plan.Weights.BytesPerRank
 	budget := int64(float64(ram)*util) - weights
 	bs := int64(plan.Scheduler.BlockSize)
@@ -283,7 +267,7 @@ func cpuCacheBytes(ram int64, util float64, plan *config.Plan, m *glm5next.Model
 }
 
 // logCapacity logs the cache and how many sequences of max_model_len fit.
-func logCapacity(st core.Stats, cacheBytes int64, m *glm5next.Model) {
+func logCapacity(st core.Stats, cacheBytes int64, m enginemodel.Loaded) {
 	tokens := st.NumBlocks * st.BlockSize
 	perSeq := (st.MaxModelLen + st.BlockSize - 1) / st.BlockSize * st.BlockSize
 	conc := 0

@@ -820,17 +820,6 @@ func (a *EngineArgs) WithoutEffect(backend string) []Ignored {
 	return out
 }
 
-// AcceptedWithoutEffect lists the flags (e.g. "--compilation-config") and
-// settings keys (e.g. "settings epd.enabled") that were given but do
-// nothing on backend ("cpu" or "ascend"). The server logs it once at
-// start-up; WithoutEffect has the reasons.
-func (a *EngineArgs) AcceptedWithoutEffect(backend string) []string {
-	var out []string
-	for _, x := range a.WithoutEffect(backend) {
-		out = append(out, x.Flag)
-	}
-	return out
-}
 
 // HostBackend reports whether backend computes on the host CPU (the cpu
 // reference backend and its checking asynchronous twin, cpu-async): such

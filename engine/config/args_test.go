@@ -323,7 +323,7 @@ func TestFlagForms(t *testing.T) {
 			want(t, "DataParallelRPCPort", a.DataParallelRPCPort, 29550)
 			want(t, "GenerationConfig", a.GenerationConfig, "auto")
 			want(t, "Source(port)", a.Source("port"), "default")
-			want(t, "AcceptedWithoutEffect", len(a.AcceptedWithoutEffect("cpu")), 0)
+			want(t, "AcceptedWithoutEffect", len(a.WithoutEffect("cpu")), 0)
 		}},
 		{"json flags compacted", []string{"m", "--additional-config", `{ "enable_dsa_cp" : true }`, "--hf-overrides={}"}, func(t *testing.T, a *EngineArgs) {
 			want(t, "AdditionalConfig", string(a.AdditionalConfig), `{"enable_dsa_cp":true}`)
@@ -479,10 +479,13 @@ func TestArgValidationErrors(t *testing.T) {
 // listed, the ones that work are not.
 func TestAcceptedWithoutEffect(t *testing.T) {
 	a := mustServe(t, scriptArgs(t, filepath.Join("testdata", "serve", "a3-tp16.sh"))...)
-	got := a.AcceptedWithoutEffect("ascend")
+	var got []string
+	for _, x := range a.WithoutEffect("ascend") {
+		got = append(got, x.Flag)
+	}
 	exp := []string{"--compilation-config", "--trust-remote-code", "--safetensors-load-strategy", "--speculative-config", "--limit-mm-per-prompt"}
 	if !reflect.DeepEqual(got, exp) {
-		t.Errorf("AcceptedWithoutEffect = %q, want %q", got, exp)
+		t.Errorf("WithoutEffect flags = %q, want %q", got, exp)
 	}
 	b := mustServe(t, "m", "--kv-cache-dtype", "fp8", "--enable-prefix-caching", "--enforce-eager", "--threads", "4",
 		"--additional-config", `{"ascend_compilation_config": {}}`, "--api-server-count", "4", "--no-enable-chunked-prefill")
@@ -504,7 +507,7 @@ func TestAcceptedWithoutEffect(t *testing.T) {
 		}
 	}
 	c := mustServe(t, "m", "--no-enable-prefix-caching", "--no-trust-remote-code", "--seed", "7", "--block-size", "64")
-	if got := c.AcceptedWithoutEffect("cpu"); len(got) != 0 {
+	if got := c.WithoutEffect("cpu"); len(got) != 0 {
 		t.Errorf("AcceptedWithoutEffect = %q, want none", got)
 	}
 }

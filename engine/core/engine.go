@@ -10,22 +10,15 @@ import (
 
 	"github.com/npuserve/npuserve/engine/config"
 	"github.com/npuserve/npuserve/engine/kvcache"
-	"github.com/npuserve/npuserve/engine/model/glm5next"
+	"github.com/npuserve/npuserve/engine/model"
 	"github.com/npuserve/npuserve/engine/sampling"
 	"github.com/npuserve/npuserve/engine/scheduler"
 	"github.com/npuserve/npuserve/npu"
 )
 
-// Model is what the engine needs of a model; *glm5next.Model implements
-// it.
-type Model interface {
-	Config() *config.ModelConfig
-	Backend() npu.Backend
-	NewCache(numBlocks, blockSize, stateSlots int) (*glm5next.Cache, error)
-	Forward(c *glm5next.Cache, b *glm5next.Batch) (*npu.Tensor, error)
-	BytesPerToken() int64
-	BytesPerSequenceState() int64
-}
+// Model is what the engine needs of a model (engine/model); any
+// registered implementation (glm5next.Model.Engine) provides it.
+type Model = model.Model
 
 // Defaults of Options (vLLM's for the OpenAI server where it has one).
 const (
@@ -110,7 +103,7 @@ type Engine struct {
 	vocab int
 	kv    *kvcache.Manager
 	sched *scheduler.Scheduler
-	cache *glm5next.Cache
+	cache model.Cache
 
 	mu     sync.Mutex
 	ops    []op
@@ -400,7 +393,7 @@ func (e *Engine) loop(started chan<- error) {
 		return
 	}
 	e.cache = cache
-	defer cache.Free(e.be)
+	defer cache.Release()
 	started <- nil
 
 	for {
@@ -589,7 +582,7 @@ func (e *Engine) step() (bool, error) {
 			e.sampled = append(e.sampled, sc.Req.Data.(*reqState))
 		}
 	}
-	batch := &glm5next.Batch{Tokens: e.tokens, Layout: e.kv.Layout(e.seqs, e.rows), LogitRows: e.logitRows}
+	batch := &model.Batch{Tokens: e.tokens, Layout: e.kv.Layout(e.seqs, e.rows), LogitRows: e.logitRows}
 	tf := time.Now()
 	ss.Schedule = tf.Sub(start)
 	logits, err := e.forward(batch)
@@ -656,7 +649,7 @@ func (e *Engine) step() (bool, error) {
 
 // forward runs the batch and downloads the sampled rows (the step's one
 // synchronisation point).
-func (e *Engine) forward(b *glm5next.Batch) ([][]float32, error) {
+func (e *Engine) forward(b *model.Batch) ([][]float32, error) {
 	logits, err := e.model.Forward(e.cache, b)
 	if err != nil {
 		return nil, err
@@ -665,7 +658,7 @@ func (e *Engine) forward(b *glm5next.Batch) ([][]float32, error) {
 	if len(b.LogitRows) == 0 {
 		return nil, nil
 	}
-	return glm5next.DownloadRows(e.be, logits)
+	return model.DownloadRows(e.be, logits)
 }
 
 // finish ends a request with a final output carrying no tokens.

@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"github.com/npuserve/npuserve/engine/model"
 	"github.com/npuserve/npuserve/npu/nputest"
 	"math"
 	"math/rand/v2"
@@ -16,8 +17,8 @@ import (
 	"time"
 
 	"github.com/npuserve/npuserve/engine/config"
+	"github.com/npuserve/npuserve/engine/internal/runner"
 	"github.com/npuserve/npuserve/engine/model/glm5next"
-	"github.com/npuserve/npuserve/engine/runner"
 	"github.com/npuserve/npuserve/engine/sampling"
 	"github.com/npuserve/npuserve/npu"
 )
@@ -87,9 +88,18 @@ func reference(t *testing.T, m *glm5next.Model, ps [][]int32, maxTokens func(i i
 	return out
 }
 
-func newEngine(t *testing.T, m Model, opt Options) *Engine {
+// newEngine starts an engine on m: a Model, or a *glm5next.Model (its
+// Engine form).
+func newEngine(t *testing.T, m any, opt Options) *Engine {
 	t.Helper()
-	e, err := New(m, opt)
+	mm, ok := m.(Model)
+	if g, isG := m.(*glm5next.Model); isG {
+		mm, ok = g.Engine(), true
+	}
+	if !ok {
+		t.Fatalf("newEngine: %T is not a model", m)
+	}
+	e, err := New(mm, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +415,7 @@ func TestAbort(t *testing.T) {
 func TestCloseEndsEveryChannel(t *testing.T) {
 	m := tiny(t)
 	before := runtime.NumGoroutine()
-	e, err := New(m, Options{MaxNumSeqs: 2, MaxNumBatchedTokens: 8, BlockSize: 4, NumBlocks: 256})
+	e, err := New(m.Engine(), Options{MaxNumSeqs: 2, MaxNumBatchedTokens: 8, BlockSize: 4, NumBlocks: 256})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -550,7 +560,7 @@ func TestAddValidation(t *testing.T) {
 		{CacheBytes: 1, MaxNumSeqs: 1}, // no room for a block
 		{NumBlocks: 4, EOSTokenIDs: []int32{512}}, // EOS outside the vocab
 	} {
-		if e, err := New(m, o); err == nil {
+		if e, err := New(m.Engine(), o); err == nil {
 			e.Close()
 			t.Errorf("New(%+v) succeeded", o)
 		}
@@ -573,14 +583,14 @@ func TestCacheBytesSizing(t *testing.T) {
 
 // faultyModel wraps a model to fail chosen Forward calls.
 type faultyModel struct {
-	*glm5next.Model
+	model.Model
 	calls   atomic.Int32
 	panicAt int32 // call number that panics (1-based); 0: none
 	nanAt   int32 // call number whose first logits row becomes NaN
 	errAt   int32 // call number that returns an error (a device failure)
 }
 
-func (f *faultyModel) Forward(c *glm5next.Cache, b *glm5next.Batch) (*npu.Tensor, error) {
+func (f *faultyModel) Forward(c model.Cache, b *model.Batch) (*npu.Tensor, error) {
 	n := f.calls.Add(1)
 	if n == f.panicAt {
 		panic("injected device fault")
@@ -611,7 +621,7 @@ func TestStepFailures(t *testing.T) {
 	ps := prompts(2, 9)
 	ref := reference(t, m, ps, func(int) int { return 4 })
 	var logged atomic.Int32
-	fm := &faultyModel{Model: m, panicAt: 2}
+	fm := &faultyModel{Model: m.Engine(), panicAt: 2}
 	e := newEngine(t, fm, Options{MaxNumSeqs: 4, MaxNumBatchedTokens: 64, BlockSize: 4, NumBlocks: 32,
 		Logf: func(string, ...any) { logged.Add(1) }})
 	_, fin := runAll(t, e, ps, func(int) sampling.Params { return greedy(4) })
@@ -812,7 +822,7 @@ func BenchmarkEngineDecode(b *testing.B) {
 			var mu sync.Mutex
 			var fwd, sched, sample, total time.Duration
 			var n int
-			e, err := New(m, Options{
+			e, err := New(m.Engine(), Options{
 				MaxNumSeqs: batch, MaxNumBatchedTokens: max(batch, prompt*batch), BlockSize: 16,
 				NumBlocks: batch * ((prompt + steps + 16) / 16), MaxModelLen: prompt + steps + 1,
 				OnStep: func(s StepStats) {

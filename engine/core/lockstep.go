@@ -5,24 +5,16 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/npuserve/npuserve/engine/model/glm5next"
+	"github.com/npuserve/npuserve/engine/model"
 )
 
 // CollectiveModel is a Model whose forward passes run collectives with
 // other ranks (tensor or expert parallelism): the TP group leader of
-// engine/worker, or a *glm5next.Model placed with glm5next.Parallel.
-type CollectiveModel interface {
-	Model
-	// DummyStep runs one forward with no tokens but the collective
-	// sequence of a real step (what a DP rank with nothing scheduled runs
-	// while others step, under expert parallelism).
-	DummyStep(c *glm5next.Cache) error
-	// Collective reports whether Forward and DummyStep run collectives. A
-	// step that fails on such a model stops the engine (every request
-	// fails, Err reports why) instead of failing only its requests: the
-	// ranks' collective sequences can no longer be trusted to match.
-	Collective() bool
-}
+// engine/worker, or a glm5next model placed with glm5next.Parallel. A step
+// that fails on such a model stops the engine (every request fails, Err
+// reports why) instead of failing only its requests: the ranks'
+// collective sequences can no longer be trusted to match.
+type CollectiveModel = model.Collective
 
 // Lockstep keeps the engine loops of the DP ranks of an expert-parallel
 // deployment in step (serving-compat.md §3.5). With Options.Lockstep set,

@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"github.com/npuserve/npuserve/engine/model"
 	"github.com/npuserve/npuserve/npu/nputest"
 	"slices"
 	"strings"
@@ -64,24 +65,28 @@ func (g *fakeDP) Sync(hasWork, closing bool) (bool, bool, error) {
 
 func (g *fakeDP) IdleWait() time.Duration { return time.Millisecond }
 
+// collectiveModel names the embedded model of stepModel (whose own
+// Collective method would clash with the field name model.Collective).
+type collectiveModel = model.Collective
+
 // stepModel is a collective model that counts its forwards and dummy
 // steps (each engine needs its own: Forward reuses scratch buffers).
 type stepModel struct {
-	*glm5next.Model
+	collectiveModel
 	forwards, dummies atomic.Int64
 	panicAt           int64 // forward number that panics (1-based); 0: none
 }
 
-func (s *stepModel) Forward(c *glm5next.Cache, b *glm5next.Batch) (*npu.Tensor, error) {
+func (s *stepModel) Forward(c model.Cache, b *model.Batch) (*npu.Tensor, error) {
 	if s.forwards.Add(1) == s.panicAt {
 		return nil, fmt.Errorf("injected collective fault: %w", glm5next.ErrCollective)
 	}
-	return s.Model.Forward(c, b)
+	return s.collectiveModel.Forward(c, b)
 }
 
-func (s *stepModel) DummyStep(c *glm5next.Cache) error {
+func (s *stepModel) DummyStep(c model.Cache) error {
 	s.dummies.Add(1)
-	return s.Model.DummyStep(c)
+	return s.collectiveModel.DummyStep(c)
 }
 
 func (s *stepModel) Collective() bool { return true }
@@ -93,7 +98,7 @@ func newStepModel(t *testing.T) *stepModel {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	return &stepModel{Model: m}
+	return &stepModel{collectiveModel: m.Engine().(model.Collective)}
 }
 
 var lockstepOpts = Options{MaxNumSeqs: 4, MaxNumBatchedTokens: 16, BlockSize: 4, NumBlocks: 64}
@@ -263,21 +268,21 @@ func TestLockstepFailures(t *testing.T) {
 	t.Run("model without DummyStep", func(t *testing.T) {
 		o := lockstepOpts
 		o.Lockstep = newFakeDP(1)
-		if _, err := New(plainModel{tiny(t)}, o); err == nil || !strings.Contains(err.Error(), "DummyStep") {
+		if _, err := New(plainModel{tiny(t).Engine()}, o); err == nil || !strings.Contains(err.Error(), "DummyStep") {
 			t.Fatalf("New: %v", err)
 		}
 	})
 }
 
 // plainModel hides the model's DummyStep.
-type plainModel struct{ m *glm5next.Model }
+type plainModel struct{ m model.Model }
 
 func (p plainModel) Config() *config.ModelConfig { return p.m.Config() }
 func (p plainModel) Backend() npu.Backend        { return p.m.Backend() }
-func (p plainModel) NewCache(b, s, n int) (*glm5next.Cache, error) {
+func (p plainModel) NewCache(b, s, n int) (model.Cache, error) {
 	return p.m.NewCache(b, s, n)
 }
-func (p plainModel) Forward(c *glm5next.Cache, b *glm5next.Batch) (*npu.Tensor, error) {
+func (p plainModel) Forward(c model.Cache, b *model.Batch) (*npu.Tensor, error) {
 	return p.m.Forward(c, b)
 }
 func (p plainModel) BytesPerToken() int64         { return p.m.BytesPerToken() }

@@ -149,7 +149,7 @@ func closedEngine(t testing.TB) *core.Engine {
 			closedErr = err
 			return
 		}
-		closedEng, closedErr = core.New(m, core.Options{MaxNumSeqs: 4, BlockSize: 16, NumBlocks: 64, MaxModelLen: 256, EOSTokenIDs: []int32{1}})
+		closedEng, closedErr = core.New(m.Engine(), core.Options{MaxNumSeqs: 4, BlockSize: 16, NumBlocks: 64, MaxModelLen: 256, EOSTokenIDs: []int32{1}})
 		if closedErr == nil {
 			closedEng.Close()
 		}

@@ -479,12 +479,3 @@ func (s *Scheduler) Finish(r *Request) bool {
 	return true
 }
 
-// Abort finishes the live request with the given ID and returns it.
-func (s *Scheduler) Abort(id string) (*Request, bool) {
-	r, ok := s.byID[id]
-	if !ok {
-		return nil, false
-	}
-	s.Finish(r)
-	return r, true
-}

@@ -419,16 +419,16 @@ func TestAbortReturnsEverything(t *testing.T) {
 	if m.s.NumRunning() == 0 || m.s.NumWaiting() == 0 || m.kv.UsedBlocks() == 0 {
 		t.Fatalf("setup: %d running, %d waiting, %d blocks", m.s.NumRunning(), m.s.NumWaiting(), m.kv.UsedBlocks())
 	}
-	if _, ok := m.s.Abort("nope"); ok {
+	if _, ok := abortReq(m.s, "nope"); ok {
 		t.Fatal("Abort of an unknown id succeeded")
 	}
 	for i := range 6 {
 		id := fmt.Sprint("r", i)
-		r, ok := m.s.Abort(id)
+		r, ok := abortReq(m.s, id)
 		if !ok || r.Status() != Finished || r.Seq() != nil {
 			t.Fatalf("Abort(%s): ok %v", id, ok)
 		}
-		if _, ok := m.s.Abort(id); ok {
+		if _, ok := abortReq(m.s, id); ok {
 			t.Fatalf("second Abort(%s) succeeded", id)
 		}
 	}
@@ -485,7 +485,7 @@ func TestRandomWorkloads(t *testing.T) {
 			}
 			if len(ids) > 0 && rng.IntN(25) == 0 {
 				id := ids[rng.IntN(len(ids))]
-				if _, ok := m.s.Abort(id); ok {
+				if _, ok := abortReq(m.s, id); ok {
 					m.reqs[id].aborted = true
 				}
 			}
@@ -526,4 +526,15 @@ func TestRandomWorkloads(t *testing.T) {
 	if preempted == 0 {
 		t.Fatal("the random workloads never preempted: the test lost its teeth")
 	}
+}
+
+// abortReq finishes the live request id the way the engine aborts one
+// (Get, then Finish).
+func abortReq(s *Scheduler, id string) (*Request, bool) {
+	r, ok := s.Get(id)
+	if !ok {
+		return nil, false
+	}
+	s.Finish(r)
+	return r, true
 }

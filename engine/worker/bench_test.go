@@ -138,7 +138,7 @@ func benchDecode(b *testing.B, l *worker.Leader, batch, ctx int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Free(l.Backend())
+	defer c.Release()
 	seqs := make([]*kvcache.Seq, batch)
 	rows := make([]int, batch)
 	var toks []int32

@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"github.com/npuserve/npuserve/engine/model"
 	"sync"
 	"time"
 
@@ -126,7 +127,7 @@ func (l *Leader) BytesPerSequenceState() int64 { return l.m.BytesPerSequenceStat
 func (l *Leader) Collective() bool { return l.tp != nil || l.m.Collective() }
 
 // NewCache implements core.Model: the followers allocate the same cache.
-func (l *Leader) NewCache(numBlocks, blockSize, stateSlots int) (*glm5next.Cache, error) {
+func (l *Leader) NewCache(numBlocks, blockSize, stateSlots int) (model.Cache, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.tp != nil {
@@ -134,11 +135,11 @@ func (l *Leader) NewCache(numBlocks, blockSize, stateSlots int) (*glm5next.Cache
 			return nil, fmt.Errorf("worker: telling the TP followers to allocate the cache: %w", err)
 		}
 	}
-	return l.m.NewCache(numBlocks, blockSize, stateSlots)
+	return l.m.Engine().NewCache(numBlocks, blockSize, stateSlots)
 }
 
 // Forward implements core.Model: the followers run the same batch.
-func (l *Leader) Forward(c *glm5next.Cache, b *glm5next.Batch) (*npu.Tensor, error) {
+func (l *Leader) Forward(c model.Cache, b *model.Batch) (*npu.Tensor, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.tp != nil {
@@ -159,17 +160,17 @@ func (l *Leader) Forward(c *glm5next.Cache, b *glm5next.Batch) (*npu.Tensor, err
 			return nil, collectiveFailed("broadcasting the batch", err)
 		}
 	}
-	return l.m.Forward(c, b)
+	return l.m.Engine().Forward(c, b)
 }
 
 // DummyStep implements core.CollectiveModel.
-func (l *Leader) DummyStep(c *glm5next.Cache) error {
+func (l *Leader) DummyStep(c model.Cache) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.send(cmdDummy, 0, 0, 0); err != nil {
 		return err
 	}
-	return l.m.DummyStep(c)
+	return l.m.Engine().(model.Collective).DummyStep(c)
 }
 
 // Shutdown tells the followers to leave their loop. It is idempotent and

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/npuserve/npuserve/engine/model"
 	"github.com/npuserve/npuserve/npu/nputest"
 	"io"
 	"math"
@@ -25,7 +26,6 @@ import (
 	"github.com/npuserve/npuserve/engine/sampling"
 	"github.com/npuserve/npuserve/engine/worker"
 	"github.com/npuserve/npuserve/hccl"
-	"github.com/npuserve/npuserve/npu"
 )
 
 // Multi-process tests: the test binary re-executes itself once per rank
@@ -274,12 +274,7 @@ func sequences(g *golden) [][]int32 {
 
 // stepper is the model side of a scripted run: the rank's Leader, or a
 // single-rank model for the reference.
-type stepper interface {
-	NewCache(numBlocks, blockSize, stateSlots int) (*glm5next.Cache, error)
-	Forward(c *glm5next.Cache, b *glm5next.Batch) (*npu.Tensor, error)
-	DummyStep(c *glm5next.Cache) error
-	Backend() npu.Backend
-}
+type stepper = model.Collective
 
 // scripted feeds this DP rank's sequences, chunk tokens per step, through
 // the TP group's Leader and followers for a fixed number of steps that
@@ -326,7 +321,7 @@ func scripted(s childSpec, groups *worker.Groups, dir string, g *golden) ([]stri
 	defer ref.Close()
 	var bad []string
 	for k, i := range mine {
-		want, err := run(ref, ref.Config().IndexKPool, [][]int32{all[i]}, steps)
+		want, err := run(ref.Engine().(model.Collective), ref.Config().IndexKPool, [][]int32{all[i]}, steps)
 		if err != nil {
 			return nil, err
 		}
@@ -357,7 +352,7 @@ func run(st stepper, kp int, seqs [][]int32, steps int) ([][][]float32, error) {
 		return nil, err
 	}
 	be := st.Backend()
-	defer c.Free(be)
+	defer c.Release()
 	ks := make([]*kvcache.Seq, len(seqs))
 	fed := make([]int, len(seqs))
 	out := make([][][]float32, len(seqs))

@@ -19,7 +19,12 @@ type Cache struct {
 
 	// Layers is indexed by decoder layer; unused fields are nil.
 	Layers []LayerCache
+
+	be npu.Backend // the backend holding the tensors
 }
+
+// Release frees the cache's device memory (model.Cache).
+func (c *Cache) Release() { c.Free(c.be) }
 
 // LayerCache is one layer's cache.
 type LayerCache struct {
@@ -51,7 +56,7 @@ func (m *Model) NewCache(numBlocks, blockSize, stateSlots int) (*Cache, error) {
 	c := &Cache{
 		NumBlocks: numBlocks, BlockSize: blockSize, StateSlots: stateSlots,
 		TokenSlots: numBlocks * blockSize, PoolSlots: numBlocks * blockSize / d.KPool,
-		Layers: make([]LayerCache, len(m.layers)),
+		Layers: make([]LayerCache, len(m.layers)), be: m.be,
 	}
 	var err error
 	alloc := func(what string, l int, dt npu.DType, shape ...int) *npu.Tensor {

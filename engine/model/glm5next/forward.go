@@ -2,45 +2,23 @@ package glm5next
 
 import (
 	"fmt"
+	"github.com/npuserve/npuserve/engine/model"
 	"math"
 
 	"github.com/npuserve/npuserve/npu"
 )
 
-// Batch is one forward step: several sequences, each contributing a run of
-// consecutive new positions (a prefill chunk, or one decode token).
-type Batch struct {
-	// Tokens are the input ids of every row, sequences back to back in
-	// Layout order.
-	Tokens []int32
-	// Layout splits the rows into sequences and addresses their cache
-	// through block tables (kvcache.Manager.Layout builds it); Forward
-	// uploads it once.
-	Layout npu.BatchLayout
-	// LogitRows are the rows whose logits Forward returns, in this order.
-	// Nil means the last row of every sequence that has rows; an empty
-	// non-nil slice computes no logits (a prefill chunk that samples
-	// nothing).
-	LogitRows []int
-	// Observe, when set, is called after every decoder layer l with the
-	// mHC streams [rows, hc_mult, hidden] (a device tensor valid during the
-	// call), and once more with l = num_hidden_layers and the final normed
-	// hidden states [len(LogitRows), hidden] that feed lm_head. For tests
-	// and debugging.
-	Observe func(l int, t *npu.Tensor)
-	// ObserveIndex, when set, is called after the indexer of every DSA
-	// layer l that runs its own with the selection [rows, width] (I32
-	// sequence positions, -1 unused) exactly as DSAIndex produced it.
-	ObserveIndex func(l int, sel *npu.Tensor)
-	// ObserveLinear, when set, is called before every linear (matmul)
-	// with the checkpoint modules it computes (canonical prefixes such as
-	// "model.layers.0.mlp.down_proj"; several for a fused q|k|v or
-	// gate|up weight, which share the input) and its input [rows, K] (a
-	// device tensor valid during the call): the calibration hook of static
-	// quantization. Routed experts run inside the MoE op and are not
-	// shown.
-	ObserveLinear func(modules []string, x *npu.Tensor)
-}
+// Batch is one forward step (model.Batch). glm5next calls all three of
+// its hooks: Observe after every decoder layer l with the mHC streams
+// [rows, hc_mult, hidden] and once more with l = num_hidden_layers and the
+// final normed hidden states [len(LogitRows), hidden]; ObserveIndex after
+// the indexer of every DSA layer that runs its own, with the selection
+// [rows, width] (I32 sequence positions, -1 unused) exactly as DSAIndex
+// produced it; ObserveLinear before every linear with the canonical
+// checkpoint modules it computes (several for a fused q|k|v or gate|up
+// weight) and its input [rows, K] (routed experts run inside the MoE op
+// and are not shown).
+type Batch = model.Batch
 
 // plan is the host-side preparation of a batch shared by all layers: the
 // batch description and its index tensors, uploaded in one copy.

@@ -11,9 +11,9 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/npuserve/npuserve/engine/internal/runner"
 	"github.com/npuserve/npuserve/engine/kvcache"
 	"github.com/npuserve/npuserve/engine/model/glm5next"
-	"github.com/npuserve/npuserve/engine/runner"
 	"github.com/npuserve/npuserve/engine/safetensors"
 	"github.com/npuserve/npuserve/npu"
 )

@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/npuserve/npuserve/engine/config"
+	"github.com/npuserve/npuserve/engine/internal/runner"
 	"github.com/npuserve/npuserve/engine/model/glm5next"
-	"github.com/npuserve/npuserve/engine/runner"
 	"github.com/npuserve/npuserve/engine/safetensors"
 	"github.com/npuserve/npuserve/npu"
 	"github.com/npuserve/npuserve/quant"

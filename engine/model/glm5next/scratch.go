@@ -2,6 +2,7 @@ package glm5next
 
 import (
 	"fmt"
+	"github.com/npuserve/npuserve/engine/model"
 
 	"github.com/npuserve/npuserve/npu"
 )
@@ -65,19 +66,7 @@ func (s *scratch) release() {
 }
 
 // DownloadRows copies a F32 tensor [rows, n] (logits) to the host: the
-// synchronisation point between device and host.
+// synchronisation point between device and host (model.DownloadRows).
 func DownloadRows(be npu.Backend, t *npu.Tensor) ([][]float32, error) {
-	if t.DType() != npu.F32 || t.Rank() != 2 {
-		panic(fmt.Sprintf("glm5next: DownloadRows of %v, want F32 [rows, n]", t))
-	}
-	host, err := npu.DownloadF32(be, t)
-	if err != nil {
-		return nil, err
-	}
-	rows, n := t.Dim(0), t.Dim(1)
-	out := make([][]float32, rows)
-	for i := range out {
-		out[i] = host[i*n : (i+1)*n : (i+1)*n]
-	}
-	return out, nil
+	return model.DownloadRows(be, t)
 }
