@@ -114,8 +114,16 @@ func genAll(size int, seed uint64, n int, dt npu.DType, op hccl.ReduceOp) [][]by
 // tensor allocates a tensor of dt holding data (n elements).
 func tensor(m npu.Memory, dt npu.DType, data []byte) *npu.Tensor {
 	t := npu.Must(m.Alloc(dt, len(data)/dt.Size()))
-	m.Upload(t, data)
+	upload(m, t, data)
 	return t
+}
+
+// upload copies data into t from a copy of its own: Upload may scribble
+// its source (the contract), and the cases compare against data later.
+func upload(m npu.Memory, t *npu.Tensor, data []byte) {
+	if err := m.Upload(t, bytes.Clone(data)); err != nil {
+		panic(err)
+	}
 }
 
 func download(m npu.Memory, t *npu.Tensor) []byte {
@@ -247,7 +255,7 @@ func allGatherCase(size int, dt npu.DType, n int, seed uint64, inPlace bool) Cas
 			defer m.Free(out)
 			in := out.Rows(r, r+1)
 			if inPlace {
-				m.Upload(in, want[r*n*es:(r+1)*n*es])
+				upload(m, in, want[r*n*es:(r+1)*n*es])
 			} else {
 				in = tensor(m, dt, want[r*n*es:(r+1)*n*es])
 				defer m.Free(in)
@@ -328,11 +336,11 @@ func allToAllVCase(size int, dt npu.DType, maxCount int, seed uint64) Case {
 			const slack = 7
 			in := npu.Must(m.Alloc(dt, len(inputs[r])/es+slack))
 			defer m.Free(in)
-			m.Upload(in.Reshape(-1).Rows(0, len(inputs[r])/es), inputs[r])
+			upload(m, in.Reshape(-1).Rows(0, len(inputs[r])/es), inputs[r])
 			out := npu.Must(m.Alloc(dt, len(want)/es+slack))
 			defer m.Free(out)
 			fill := bytes.Repeat([]byte{0x5a}, out.Bytes())
-			m.Upload(out, fill)
+			upload(m, out, fill)
 			if err := c.AllToAllV(out, outCounts, in, counts[r]); err != nil {
 				return nil, err
 			}
