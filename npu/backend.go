@@ -303,3 +303,29 @@ type Ops interface {
 	// and SwiGLU output are quantized as MatMulQ does.
 	MoEQ(out, x *Tensor, gateUp, down *QuantWeight, weights, ids *Tensor, limit float32)
 }
+
+// SampleReducer is implemented by backends that reduce rows of logits on
+// the device to what a greedy sampler needs (engine/sampling's
+// Sampler.Reducible and SampleReduced): the top candidates and two counts
+// cross to the host instead of the whole vocabulary row, a few dozen
+// bytes instead of 4*V.
+//
+// It is not part of Ops yet, so that a backend without it (today's CUDA
+// backend, whose Open refuses to run with an unimplemented op) keeps
+// working: the engine asks with a type assertion and falls back to
+// downloading whole rows, which gives the same tokens. Ops will embed it
+// once every backend implements it.
+type SampleReducer interface {
+	// SampleReduce writes, for each row r of logits [R, V] (F32), the k
+	// best entries in TopK's order (vals F32 [R, k] descending, ids I32
+	// [R, k]; ties to the lower id, NaN below every number) and the row's
+	// number of NaN and of +Inf entries (stats I32 [R, 2]: stats[r][0]
+	// NaNs, stats[r][1] +Infs), for 0 <= k <= V (vals and ids may be nil
+	// when k is 0). The counts let the host keep the sampler's error
+	// semantics (a NaN or +Inf anywhere in the row fails the row) without
+	// seeing it; -Inf needs no count (an all -Inf row shows as a -Inf best
+	// candidate). Exact: values are compared and copied, never computed
+	// on. One call serves a batch whose rows need different k: it takes
+	// the largest, and the first k' entries of a row are its top k'.
+	SampleReduce(vals, ids, stats, logits *Tensor, k int)
+}

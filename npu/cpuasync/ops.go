@@ -8,6 +8,9 @@ import (
 // The ops of npu.Ops: each queues the CPU backend's kernel with its
 // arguments (see the package comment) and returns before it runs.
 
+// The CPU kernels include the optional device-side sampling reduction.
+var _ npu.SampleReducer = (*Backend)(nil)
+
 // layout copies a SeqLayout at enqueue time: the caller may reuse its
 // struct for the next op at once (nil stays nil for the kernel to reject).
 func layout(s *npu.SeqLayout) *npu.SeqLayout {
@@ -103,6 +106,11 @@ func (b *Backend) Conv1dUpdate(out, x, state, w *npu.Tensor, seqs *npu.SeqLayout
 // TopK queues cpu.Backend.TopK.
 func (b *Backend) TopK(vals, idx, x *npu.Tensor, k int) {
 	b.op("TopK", func(c *cpu.Backend) { c.TopK(vals, idx, x, k) })
+}
+
+// SampleReduce queues cpu.Backend.SampleReduce (npu.SampleReducer).
+func (b *Backend) SampleReduce(vals, ids, stats, logits *npu.Tensor, k int) {
+	b.op("SampleReduce", func(c *cpu.Backend) { c.SampleReduce(vals, ids, stats, logits, k) })
 }
 
 // Gather queues cpu.Backend.Gather.

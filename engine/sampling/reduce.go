@@ -1,0 +1,394 @@
+package sampling
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+)
+
+// Sampling from a reduced row.
+//
+// A greedy request's token is the argmax of the processed row, and its
+// logits processors (min_tokens masking, logit bias, the repetition,
+// frequency and presence penalties) change only a known set T of ids: the
+// stop and EOS ids while min_tokens holds, the biased ids, the prompt ids
+// (repetition penalty) and the output ids (any penalty). Every other id
+// keeps its raw value. So the processed argmax is either an id of T, at its
+// processed value, or the best untouched id at its raw value, and the best
+// untouched id is the first id outside T among the raw row's top |T|+1
+// (under the TopK order of npu: larger value first, ties to the lower id,
+// NaN last, the order argmax breaks ties in; -0 and +0 are equal in both).
+// With the raw values of T the host replays the processors exactly (same
+// float32 operations in the same order, so the same bits and the same
+// first error), and with the row's counts of NaN and +Inf it keeps Sample's
+// errors: a NaN or +Inf anywhere in the processed row is ErrBadLogits, a
+// row left all -Inf is ErrAllMasked. A device implements the reduction as
+// npu.SampleReducer; what crosses to the host per row is k values and ids,
+// two counts and |T| values instead of the vocabulary row.
+//
+// Only greedy requests without logprobs reduce. Logprobs need the whole
+// row's log-sum-exp in Sample's summation order to be bit-exact, and random
+// sampling draws from the whole distribution (min-p, top-p and the draw
+// all sum over the row). A request whose T is large is not worth reducing
+// either: the repetition penalty touches every prompt id, so a long prompt
+// with repetition_penalty != 1 would need a top-(|T|+1) as long as the
+// prompt's distinct ids; Reducible declines above MaxReducedTouched.
+
+// MaxReducedTouched is the largest touched set T for which Reducible
+// accepts a request: beyond it the top-(|T|+1) selection and the gather of
+// T cost more than they save, and the host's replay touches as many ids as
+// the full row's would.
+const MaxReducedTouched = 256
+
+// ErrNotReducible reports a SampleReduced call that cannot be decided from
+// its Reduced row: the request is not reducible (not greedy, or it wants
+// logprobs), or the row lacks what the request needs (too few candidates,
+// a touched id missing, inconsistent lengths). It is a caller bug; nothing
+// is recorded, and the row can still be sampled whole with Sample.
+var ErrNotReducible = errors.New("sampling: request cannot be sampled from a reduced row")
+
+// Reduced is one row of logits reduced for SampleReduced: what
+// npu.SampleReducer's SampleReduce writes for the row, plus the raw values
+// of the ids Reducible listed (a Gather on the device).
+type Reduced struct {
+	// Vocab is the length V of the full row.
+	Vocab int
+	// IDs and Vals are the row's best entries in npu's TopK order (value
+	// descending, ties to the lower id, NaN last) with their raw values:
+	// at least the k Reducible asked for; more (a batch's larger k) is fine.
+	IDs  []int32
+	Vals []float32
+	// Touched are the ids Reducible returned (ascending, distinct, within
+	// the row) and TouchedVals their raw values.
+	Touched     []int32
+	TouchedVals []float32
+	// NaN and PosInf count the row's NaN and +Inf entries (stats[r][0] and
+	// stats[r][1] of SampleReduce).
+	NaN, PosInf int
+}
+
+// Reducible reports whether the next token can be sampled from a reduced
+// row of vocab logits (see SampleReduced), and if so what the reduction
+// must hold: the top k candidates (k = min(|T|+1, vocab)) and the raw
+// values of touched, the ids the logits processors read this step
+// (ascending; a fresh slice the caller may keep). It is false for
+// non-greedy requests, requests wanting logprobs, an empty row, and when
+// |T| > MaxReducedTouched; sample those from the whole row. The answer
+// holds until the next token is recorded.
+func (s *Sampler) Reducible(vocab int) (k int, touched []int32, ok bool) {
+	if !s.greedy || s.wantLP || vocab <= 0 {
+		return 0, nil, false
+	}
+	// Cheap lower bounds first: a long prompt under the repetition
+	// penalty, or a long output under any penalty, is declined without
+	// building T.
+	outPenalised := s.rep != 1 || s.freq != 0 || s.pres != 0
+	if outPenalised && len(s.outUnique) > MaxReducedTouched {
+		return 0, nil, false
+	}
+	if s.rep != 1 && promptCount(s.prompt, vocab) > MaxReducedTouched {
+		return 0, nil, false
+	}
+	inRow := func(id int32) bool { return id >= 0 && int(id) < vocab }
+	if len(s.out) < s.minTokens {
+		for _, id := range s.allStop {
+			if inRow(id) {
+				touched = append(touched, id)
+			}
+		}
+	}
+	for _, b := range s.bias {
+		if inRow(b.id) {
+			touched = append(touched, b.id)
+		}
+	}
+	if s.rep != 1 {
+		for w, word := range s.prompt {
+			for word != 0 {
+				id := int32(w*64 + bits.TrailingZeros64(word))
+				word &= word - 1
+				if inRow(id) {
+					touched = append(touched, id)
+				}
+			}
+		}
+	}
+	if outPenalised {
+		for _, id := range s.outUnique {
+			if inRow(id) {
+				touched = append(touched, id)
+			}
+		}
+	}
+	slices.Sort(touched)
+	touched = slices.Compact(touched)
+	if len(touched) > MaxReducedTouched {
+		return 0, nil, false
+	}
+	if touched == nil {
+		touched = []int32{}
+	}
+	return min(len(touched)+1, vocab), touched, true
+}
+
+// promptCount counts the prompt bitset's ids below vocab.
+func promptCount(prompt []uint64, vocab int) int {
+	n := 0
+	for w, word := range prompt {
+		if lo := w * 64; lo+64 > vocab {
+			if lo < vocab {
+				n += bits.OnesCount64(word & (1<<(vocab-lo) - 1))
+			}
+			break
+		}
+		n += bits.OnesCount64(word)
+	}
+	return n
+}
+
+// SampleReduced picks the next token of a reducible request (see
+// Reducible) from its reduced row r and records it, exactly as Sample on
+// the full row would: the same token, the same error (ErrBadLogits,
+// ErrAllMasked, ErrEmptyLogits, an out-of-row id's message), the same
+// history. r must hold what Reducible asked for in this step; otherwise it
+// returns ErrNotReducible (wrapped) and records nothing.
+func (s *Sampler) SampleReduced(r Reduced) (Token, error) {
+	var tok Token
+	if r.Vocab <= 0 {
+		return tok, ErrEmptyLogits
+	}
+	if !s.greedy || s.wantLP {
+		return tok, fmt.Errorf("%w: only greedy requests without logprobs reduce", ErrNotReducible)
+	}
+	if err := r.check(); err != nil {
+		return tok, err
+	}
+	cur := slices.Clone(r.TouchedVals)
+	if err := s.processReduced(int32(r.Vocab), r.Touched, cur); err != nil {
+		return tok, err
+	}
+	id, err := argmaxReduced(r, cur)
+	if err != nil {
+		return tok, err
+	}
+	tok.ID = id
+	s.record(id)
+	return tok, nil
+}
+
+// check validates r's shape (not its values: NaN and Inf are data).
+func (r *Reduced) check() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrNotReducible}, args...)...)
+	}
+	if len(r.IDs) != len(r.Vals) || len(r.Touched) != len(r.TouchedVals) {
+		return bad("%d candidate ids for %d values, %d touched ids for %d values", len(r.IDs), len(r.Vals), len(r.Touched), len(r.TouchedVals))
+	}
+	if r.NaN < 0 || r.PosInf < 0 {
+		return bad("negative counts %d NaN, %d +Inf", r.NaN, r.PosInf)
+	}
+	for i, id := range r.Touched {
+		if id < 0 || int(id) >= r.Vocab || (i > 0 && id <= r.Touched[i-1]) {
+			return bad("touched ids %v are not ascending ids of a row of %d", r.Touched, r.Vocab)
+		}
+	}
+	for _, id := range r.IDs {
+		if id < 0 || int(id) >= r.Vocab {
+			return bad("candidate id %d outside a row of %d", id, r.Vocab)
+		}
+	}
+	return nil
+}
+
+// processReduced is process on the touched values cur (raw on entry,
+// processed on return; cur[i] is touched[i]'s) with v the row length: the
+// same checks, float32 operations and order as process, so the same
+// values and the same first error. Keep the two in step: the reduce tests
+// compare them on random requests.
+func (s *Sampler) processReduced(v int32, touched []int32, cur []float32) error {
+	inRange := func(id int32) error {
+		if id < 0 || id >= v {
+			return fmt.Errorf("sampling: token id %d outside the vocab row of %d logits", id, v)
+		}
+		return nil
+	}
+	// at finds an in-range id's slot in cur.
+	at := func(id int32) (int, error) {
+		if i, ok := slices.BinarySearch(touched, id); ok {
+			return i, nil
+		}
+		return 0, fmt.Errorf("%w: touched ids lack %d", ErrNotReducible, id)
+	}
+	// set is Sampler.set on the slot of id.
+	set := func(i int, x float32) error {
+		old := cur[i]
+		if old != old || old > math.MaxFloat32 {
+			return ErrBadLogits
+		}
+		cur[i] = x
+		return nil
+	}
+	if len(s.out) < s.minTokens {
+		for _, id := range s.allStop {
+			if err := inRange(id); err != nil {
+				return err
+			}
+			i, err := at(id)
+			if err != nil {
+				return err
+			}
+			if err := set(i, float32(math.Inf(-1))); err != nil {
+				return err
+			}
+		}
+	}
+	for _, b := range s.bias {
+		if err := inRange(b.id); err != nil {
+			return err
+		}
+		i, err := at(b.id)
+		if err != nil {
+			return err
+		}
+		if err := set(i, cur[i]+b.bias); err != nil {
+			return err
+		}
+	}
+	if s.rep != 1 {
+		inv := 1 / s.rep
+		penalize := func(id int32) error {
+			if err := inRange(id); err != nil {
+				return err
+			}
+			i, err := at(id)
+			if err != nil {
+				return err
+			}
+			x := cur[i]
+			if x > 0 {
+				x *= inv
+			} else {
+				x *= s.rep
+			}
+			return set(i, x)
+		}
+		for w, word := range s.prompt {
+			for word != 0 {
+				id := int32(w*64 + bits.TrailingZeros64(word))
+				word &= word - 1
+				if err := penalize(id); err != nil {
+					return err
+				}
+			}
+		}
+		for _, id := range s.outUnique {
+			if !s.inPrompt(id) {
+				if err := penalize(id); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if s.freq != 0 || s.pres != 0 {
+		for _, id := range s.outUnique {
+			if err := inRange(id); err != nil {
+				return err
+			}
+			i, err := at(id)
+			if err != nil {
+				return err
+			}
+			// The same expression as process's: a platform that fuses the
+			// multiply-subtract fuses both alike.
+			x := cur[i]
+			x -= s.freq * float32(s.counts[id])
+			x -= s.pres
+			if err := set(i, x); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// argmaxReduced is argmax of the processed row that r and the processed
+// touched values cur describe: ErrBadLogits for a NaN or +Inf anywhere
+// (touched: in cur; untouched: the row's counts less the touched ids' raw
+// ones), ErrAllMasked when nothing is above -Inf, else the lowest id
+// holding the largest value.
+func argmaxReduced(r Reduced, cur []float32) (int32, error) {
+	isBad := func(x float32) bool { return x != x || x > math.MaxFloat32 }
+	untouchedBad := r.NaN + r.PosInf
+	for _, x := range r.TouchedVals {
+		if isBad(x) {
+			untouchedBad--
+		}
+	}
+	for _, x := range cur {
+		if isBad(x) {
+			return 0, ErrBadLogits
+		}
+	}
+	if untouchedBad > 0 {
+		return 0, ErrBadLogits
+	}
+	// The best untouched id is the first candidate outside T: any better
+	// one would rank before it.
+	best, bv := int32(-1), float32(math.Inf(-1))
+	for i, id := range r.IDs {
+		if _, hit := slices.BinarySearch(r.Touched, id); !hit {
+			best, bv = id, r.Vals[i]
+			break
+		}
+	}
+	if best < 0 && len(r.Touched) < r.Vocab {
+		return 0, fmt.Errorf("%w: %d candidates hold no untouched id (%d touched)", ErrNotReducible, len(r.IDs), len(r.Touched))
+	}
+	if isBad(bv) { // only when the counts contradict the candidates
+		return 0, ErrBadLogits
+	}
+	for i, id := range r.Touched {
+		if x := cur[i]; x > bv || (x == bv && id < best) {
+			best, bv = id, x
+		}
+	}
+	if !(bv > float32(math.Inf(-1))) {
+		return 0, ErrAllMasked
+	}
+	return best, nil
+}
+
+// SampleReducedBatch is SampleBatch for reduced rows: rows[i] is sampled
+// with samplers[i].SampleReduced, errs[i] is its error, and when the shapes
+// do not pair up (different lengths, a nil or repeated sampler) every
+// errs entry is ErrBatchShape and nothing is sampled. It runs on the
+// caller's goroutine: a reduced row costs O(k + |T|), less than handing it
+// to another goroutine.
+func SampleReducedBatch(rows []Reduced, samplers []*Sampler) (toks []Token, errs []error) {
+	n := max(len(rows), len(samplers))
+	toks, errs = make([]Token, n), make([]error, n)
+	if len(rows) != len(samplers) || !distinctSamplers(samplers) {
+		for i := range errs {
+			errs[i] = ErrBatchShape
+		}
+		return toks, errs
+	}
+	for i := range rows {
+		toks[i], errs[i] = samplers[i].SampleReduced(rows[i])
+	}
+	return toks, errs
+}
+
+// distinctSamplers reports whether samplers holds no nil and no repeat.
+func distinctSamplers(samplers []*Sampler) bool {
+	seen := make(map[*Sampler]bool, len(samplers))
+	for _, s := range samplers {
+		if s == nil || seen[s] {
+			return false
+		}
+		seen[s] = true
+	}
+	return true
+}
