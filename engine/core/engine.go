@@ -82,10 +82,12 @@ type StepStats struct {
 	NumSeqs, NumTokens, NumDecodes, NumSampled int
 	// NumPreempted requests were preempted while scheduling.
 	NumPreempted int
-	// Schedule is the scheduler's time; Forward the model's (Forward and
-	// the DownloadRows sync point); Sample the samplers'; Total the whole
-	// step including output delivery. Total - Forward is the engine's
-	// overhead.
+	// Schedule is the scheduler's time; Forward the model's (enqueueing
+	// the forward; on the eager CPU backend its computation); Sample the
+	// sync point (the reduced or whole logits rows' download, so on an
+	// asynchronous backend the device's remaining work) and the samplers';
+	// Total the whole step including output delivery. Total - Forward -
+	// Sample is the engine's overhead beside the model and sampling.
 	Schedule, Forward, Sample, Total time.Duration
 }
 
@@ -585,23 +587,23 @@ func (e *Engine) step() (bool, error) {
 	batch := &model.Batch{Tokens: e.tokens, Layout: e.kv.Layout(e.seqs, e.rows), LogitRows: e.logitRows}
 	tf := time.Now()
 	ss.Schedule = tf.Sub(start)
-	logits, err := e.forward(batch)
+	logits, err := e.model.Forward(e.cache, batch)
 	if err != nil {
 		return false, err
 	}
 	ts := time.Now()
 	ss.Forward = ts.Sub(tf)
 
-	// Sample. Each request has its own generator and history, so its
-	// tokens do not depend on the batch.
+	// Sample (the step's sync point). Each request has its own generator
+	// and history, so its tokens do not depend on the batch.
 	e.samplers = e.samplers[:0]
 	for _, rs := range e.sampled {
 		e.samplers = append(e.samplers, rs.sampler)
 	}
-	var toks []sampling.Token
-	var errs []error
-	if len(logits) > 0 {
-		toks, errs = sampling.SampleBatch(logits, e.samplers)
+	toks, errs, err := e.sample(logits)
+	e.be.Free(logits)
+	if err != nil {
+		return false, err
 	}
 	now := time.Now()
 	ss.Sample = now.Sub(ts)
@@ -645,20 +647,6 @@ func (e *Engine) step() (bool, error) {
 		e.opt.OnStep(ss)
 	}
 	return true, nil
-}
-
-// forward runs the batch and downloads the sampled rows (the step's one
-// synchronisation point).
-func (e *Engine) forward(b *model.Batch) ([][]float32, error) {
-	logits, err := e.model.Forward(e.cache, b)
-	if err != nil {
-		return nil, err
-	}
-	defer e.be.Free(logits)
-	if len(b.LogitRows) == 0 {
-		return nil, nil
-	}
-	return model.DownloadRows(e.be, logits)
 }
 
 // finish ends a request with a final output carrying no tokens.
