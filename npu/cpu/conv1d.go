@@ -75,7 +75,10 @@ func (be *Backend) conv1dStep(out, x, state, w *npu.Tensor, slots []int, silu bo
 			} else {
 				ww = wf[c*W : (c+1)*W]
 			}
-			sb := st[slots[b]*H*C+c:]
+			var sb []float32
+			if H > 0 { // a 1-tap kernel keeps no history (empty state)
+				sb = st[slots[b]*H*C+c:]
+			}
 			acc := ww[H] * xc
 			for j := 0; j < H; j++ {
 				acc += ww[j] * sb[j*C]

@@ -516,14 +516,15 @@ func TestConv1d(t *testing.T) {
 // chunks, then Conv1dUpdate decode steps) equals running them whole.
 func TestConv1dContinuation(t *testing.T) {
 	be := New(2)
-	const C, W, L = 37, 4, 23
+	const C, L = 37, 23
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, tc := range []struct {
 		silu bool
 		wdt  npu.DType
-	}{{false, npu.F32}, {true, npu.F32}, {true, npu.BF16}} {
-		silu := tc.silu
-		t.Run(fmt.Sprintf("silu=%v/w=%v", silu, tc.wdt), func(t *testing.T) {
+		W    int
+	}{{false, npu.F32, 4}, {true, npu.F32, 4}, {true, npu.BF16, 4}, {true, npu.F32, 1}, {false, npu.BF16, 1}} {
+		silu, W := tc.silu, tc.W // W = 1: a 1-tap kernel keeps no state
+		t.Run(fmt.Sprintf("silu=%v/w=%v/W=%d", silu, tc.wdt, W), func(t *testing.T) {
 			// Two sequences of L rows each, in state slots 1 and 0.
 			xs := [2][]float64{coreRand(rng, L*C, 2, npu.F32), coreRand(rng, L*C, 2, npu.F32)}
 			w := coreTensor(be, tc.wdt, coreRand(rng, C*W, 1, tc.wdt), C, W)
