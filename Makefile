@@ -27,6 +27,13 @@ test: fmt-check vet
 	$(GO) test -count=1 -timeout 20m ./...
 	NPUSERVE_TEST_DEVICE=cpu-async $(GO) test -count=1 -timeout 20m $(ASYNC_PKGS)
 
+## test-cuda: the CUDA backend's tests with the GPU required (they fail,
+## rather than skip, where no GPU is usable): run on a GPU host, or build
+## the binary here and carry it there with tools/cuda/run-on-gpu.sh.
+.PHONY: test-cuda
+test-cuda:
+	NPUSERVE_CUDA_TEST=1 CGO_ENABLED=1 $(GO) test -count=1 -v ./npu/cuda/
+
 vet:
 	$(GO) vet ./...
 

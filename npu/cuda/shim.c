@@ -48,6 +48,7 @@ enum {
 	CUBLASLT_MATMUL_DESC_TRANSA = 3,
 	CUBLASLT_MATMUL_DESC_TRANSB = 4,
 	CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+	CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5, // B, C, D follow
 };
 
 #define L_CU NPU_LIB_CUDA
@@ -82,6 +83,7 @@ enum {
 	X(L_CU, 1, int, cuMemcpyDtoHAsync_v2, (void *dst, CUdeviceptr src, size_t bytes, CUstream s))          \
 	X(L_CU, 1, int, cuMemcpyDtoDAsync_v2, (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s))    \
 	X(L_CU, 1, int, cuMemsetD8Async, (CUdeviceptr dst, unsigned char v, size_t n, CUstream s))             \
+	X(L_CU, 1, int, cuMemsetD16Async, (CUdeviceptr dst, unsigned short v, size_t n, CUstream s))           \
 	X(L_CU, 1, int, cuMemsetD32Async, (CUdeviceptr dst, unsigned int v, size_t n, CUstream s))             \
 	X(L_CU, 1, int, cuModuleLoadData, (CUmodule * mod, const void *image))                                 \
 	X(L_CU, 1, int, cuModuleGetFunction, (CUfunction * fn, CUmodule mod, const char *name))                \
@@ -365,6 +367,11 @@ int npu_cuMemsetD8Async(uintptr_t ctx, uint64_t dst, unsigned char v, size_t n, 
 	CALL(cuMemsetD8Async, dst, v, n, P(stream));
 }
 
+int npu_cuMemsetD16Async(uintptr_t ctx, uint64_t dst, unsigned short v, size_t n, uintptr_t stream) {
+	BIND(ctx);
+	CALL(cuMemsetD16Async, dst, v, n, P(stream));
+}
+
 int npu_cuMemsetD32Async(uintptr_t ctx, uint64_t dst, unsigned int v, size_t n, uintptr_t stream) {
 	BIND(ctx);
 	CALL(cuMemsetD32Async, dst, v, n, P(stream));
@@ -544,7 +551,7 @@ void npu_lt_plan_destroy(uintptr_t plan) {
 }
 
 int npu_lt_plan_create(uintptr_t ctx, uintptr_t handle, int transa, int transb, uint64_t m, uint64_t n, uint64_t k, int ab_type,
-		       int d_type, int64_t lda, int64_t ldb, int64_t ldd, size_t ws_bytes, uintptr_t *plan) {
+		       int d_type, int64_t lda, int64_t ldb, int64_t ldd, unsigned align, size_t ws_bytes, uintptr_t *plan) {
 	*plan = 0;
 	BIND(ctx);
 	if (p_cublasLtCreate == NULL) {
@@ -580,6 +587,10 @@ int npu_lt_plan_create(uintptr_t ctx, uintptr_t handle, int transa, int transb, 
 	if (rc == 0) {
 		rc = p_cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
 							     sizeof(ws));
+	}
+	uint32_t al = align;
+	for (int attr = CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES; rc == 0 && attr < CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + 4; attr++) {
+		rc = p_cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof(al));
 	}
 	npu_lt_heuristic res;
 	int got = 0;

@@ -92,6 +92,7 @@ int npu_cuMemcpyHtoDAsync(uintptr_t ctx, uint64_t dst, const void *src, size_t b
 int npu_cuMemcpyDtoHAsync(uintptr_t ctx, void *dst, uint64_t src, size_t bytes, uintptr_t stream);
 int npu_cuMemcpyDtoDAsync(uintptr_t ctx, uint64_t dst, uint64_t src, size_t bytes, uintptr_t stream);
 int npu_cuMemsetD8Async(uintptr_t ctx, uint64_t dst, unsigned char v, size_t n, uintptr_t stream);
+int npu_cuMemsetD16Async(uintptr_t ctx, uint64_t dst, unsigned short v, size_t n, uintptr_t stream);
 int npu_cuMemsetD32Async(uintptr_t ctx, uint64_t dst, unsigned int v, size_t n, uintptr_t stream);
 
 int npu_cuModuleLoadData(uintptr_t ctx, uintptr_t *mod, const void *image);
@@ -124,9 +125,10 @@ int npu_cublasLtDestroy(uintptr_t handle);
 // npu_lt_plan_create describes the column-major GEMM
 // D[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * D with A and B of
 // type ab_type, D of type d_type, fp32 compute and scale, and picks the
-// heuristic's best algorithm within ws_bytes of workspace.
+// heuristic's best algorithm within ws_bytes of workspace for operands
+// whose addresses are multiples of align bytes (cuBLASLt assumes 256).
 int npu_lt_plan_create(uintptr_t ctx, uintptr_t handle, int transa, int transb, uint64_t m, uint64_t n, uint64_t k, int ab_type,
-		       int d_type, int64_t lda, int64_t ldb, int64_t ldd, size_t ws_bytes, uintptr_t *plan);
+		       int d_type, int64_t lda, int64_t ldb, int64_t ldd, unsigned align, size_t ws_bytes, uintptr_t *plan);
 int npu_lt_plan_run(uintptr_t ctx, uintptr_t handle, uintptr_t plan, float alpha, float beta, uint64_t a,
 		    uint64_t b, uint64_t d, uint64_t ws, size_t ws_bytes, uintptr_t stream);
 void npu_lt_plan_destroy(uintptr_t plan);

@@ -1,0 +1,106 @@
+package cuda
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/npuserve/npuserve/npu"
+)
+
+// TestGPUThroughput measures a few ops with CUDA events against the
+// H200's ceilings (memory bandwidth, tensor-core rate) when
+// NPUSERVE_CUDA_BENCH=1; it is not a correctness test.
+func TestGPUThroughput(t *testing.T) {
+	if os.Getenv("NPUSERVE_CUDA_BENCH") != "1" {
+		t.Skip("set NPUSERVE_CUDA_BENCH=1 to measure")
+	}
+	b := gpu(t)
+	ev0, err := drvEventCreate(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev1, _ := drvEventCreate(b.ctx)
+	defer drvEventDestroy(b.ctx, ev0)
+	defer drvEventDestroy(b.ctx, ev1)
+	// timed runs fn once to warm up, then reps times between two events,
+	// and returns the milliseconds per run.
+	timed := func(reps int, fn func()) float64 {
+		fn()
+		if err := b.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		_ = drvEventRecord(b.ctx, ev0, b.stream)
+		for range reps {
+			fn()
+		}
+		_ = drvEventRecord(b.ctx, ev1, b.stream)
+		if err := b.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		ms, err := drvEventElapsed(b.ctx, ev0, ev1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return float64(ms) / float64(reps)
+	}
+	alloc := func(dt npu.DType, shape ...int) *npu.Tensor { return npu.Must(b.Alloc(dt, shape...)) }
+	report := func(name string, ms, bytes, flops float64) {
+		line := fmt.Sprintf("%-44s %9.3f ms", name, ms)
+		if bytes > 0 {
+			line += fmt.Sprintf("  %7.0f GB/s", bytes/ms/1e6)
+		}
+		if flops > 0 {
+			line += fmt.Sprintf("  %7.1f TFLOP/s", flops/ms/1e9)
+		}
+		t.Log(line)
+	}
+
+	n := 1 << 29 // 2 GiB of F32
+	a, c := alloc(npu.F32, n), alloc(npu.F32, n)
+	b.Fill(a, 1)
+	report("Copy F32->F32 2 GiB (cuMemcpyDtoD)", timed(5, func() { b.Copy(c, a) }), 2*4*float64(n), 0)
+	report("Scale F32 2 GiB", timed(5, func() { b.Scale(c, a, 2) }), 2*4*float64(n), 0)
+	h := alloc(npu.BF16, n)
+	report("Copy F32->BF16 2 GiB", timed(5, func() { b.Copy(h, a) }), 6*float64(n), 0)
+	b.Free(h)
+	x := a.Reshape(n/8192, 8192)
+	w := alloc(npu.F32, 8192)
+	b.Fill(w, 1)
+	report("RMSNorm [65536, 8192] F32", timed(5, func() { b.RMSNorm(c.Reshape(n/8192, 8192), x, w, 1e-6) }), 2*4*float64(n), 0)
+	b.Free(w)
+	b.Free(c)
+	b.Free(a)
+
+	for _, s := range []struct {
+		wdt     npu.DType
+		M, N, K int
+		split   bool
+	}{
+		{npu.BF16, 1, 8192, 8192, true},
+		{npu.BF16, 4, 8192, 8192, true},
+		{npu.BF16, 8, 8192, 8192, true},
+		{npu.F16, 1, 8192, 8192, true},
+		{npu.BF16, 64, 8192, 8192, true},
+		{npu.BF16, 4096, 4096, 4096, true},
+		{npu.BF16, 4096, 4096, 4096, false},
+		{npu.F32, 4096, 4096, 4096, true},
+		{npu.F32, 1, 8192, 8192, true},
+	} {
+		SplitBF16 = s.split
+		xm, wm, om := alloc(npu.F32, s.M, s.K), alloc(s.wdt, s.N, s.K), alloc(npu.F32, s.M, s.N)
+		b.Fill(xm, 0.01)
+		b.Fill(wm, 0.02)
+		reps := 20
+		if s.M >= 4096 {
+			reps = 5
+		}
+		ms := timed(reps, func() { b.MatMul(om, xm, wm) })
+		bytes := float64(s.N*s.K*s.wdt.Size() + 4*s.M*s.K + 4*s.M*s.N)
+		report(fmt.Sprintf("MatMul %v M=%d N=%d K=%d split=%v", s.wdt, s.M, s.N, s.K, s.split), ms, bytes, 2*float64(s.M)*float64(s.N)*float64(s.K))
+		b.Free(xm)
+		b.Free(wm)
+		b.Free(om)
+	}
+	SplitBF16 = true
+}

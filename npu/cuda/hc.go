@@ -1,0 +1,81 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/npuserve/npuserve/npu"
+)
+
+// hcMaxStreams is HC_MAX_STREAMS of kernels/hc.cu.
+const hcMaxStreams = 16
+
+// HCPre is the mHC input side (see npu.Ops.HCPre): the mixing projection
+// of all tokens as one MatMul, then one block per token for the RMS
+// scale, pre/post, the Sinkhorn combination and the collapse.
+func (b *Backend) HCPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, p npu.HCParams) {
+	n := p.Streams
+	if n < 1 || x.Rank() != 3 || x.Dim(1) != n {
+		panic(fmt.Sprintf("cuda: HCPre x %v with %d streams", x, n))
+	}
+	if n > hcMaxStreams {
+		panic(fmt.Sprintf("cuda: HCPre supports up to %d streams, got %d", hcMaxStreams, n))
+	}
+	T, D := x.Dim(0), x.Dim(2)
+	mix := (2 + n) * n
+	if fn.Numel() != mix*n*D || fn.Dim(0) != mix || base.Numel() != mix || scale.Numel() != 3 {
+		panic(fmt.Sprintf("cuda: HCPre fn %v base %v scale %v for %d streams of %d", fn, base, scale, n, D))
+	}
+	if collapsed.Numel() != T*D || post.Numel() != T*n || comb.Numel() != T*n*n {
+		panic(fmt.Sprintf("cuda: HCPre outputs collapsed %v post %v comb %v for x %v", collapsed, post, comb, x))
+	}
+	wantF32("HCPre", collapsed, post, comb, x)
+	wantFloat("HCPre", base)
+	wantFloat("HCPre", scale)
+	if T == 0 {
+		return
+	}
+	nD := n * D
+	mbuf := b.temp(4 * T * mix)
+	mt := npu.NewTensor(mbuf, 0, npu.F32, T, mix)
+	b.MatMul(mt, x.Reshape(T, nD), fn.Reshape(mix, nD))
+	b.launch("k_hc_pre", d1(T), d1(rowThreads(nD)), 0,
+		b.ptr(collapsed), b.ptr(post), b.ptr(comb), b.ptr(x), mbuf.ptr,
+		b.ptr(base), pI32(dtypeCode(base.DType())), b.ptr(scale), pI32(dtypeCode(scale.DType())),
+		pI32(n), pI32(D), pI32(p.SinkhornIters), pF32(p.Eps), pF32(p.RMSEps))
+	b.freeBuf(mbuf)
+}
+
+// HCPost writes out[t, j] = post[t, j]*y[t] + sum_i comb[t, i, j]*x[t, i].
+func (b *Backend) HCPost(out, y, post, comb, x *npu.Tensor) {
+	if x.Rank() != 3 {
+		panic(fmt.Sprintf("cuda: HCPost x %v is not [T, n, D]", x))
+	}
+	T, n, D := x.Dim(0), x.Dim(1), x.Dim(2)
+	if out.Numel() != T*n*D || y.Numel() != T*D || post.Numel() != T*n || comb.Numel() != T*n*n {
+		panic(fmt.Sprintf("cuda: HCPost out %v y %v post %v comb %v for x %v", out, y, post, comb, x))
+	}
+	wantF32("HCPost", out, y, post, comb, x)
+	total := int64(T) * int64(n) * int64(D)
+	if total == 0 {
+		return
+	}
+	b.launch("k_hc_post", b.gridFor(total, elemThreads), d1(elemThreads), 0,
+		b.ptr(out), b.ptr(y), b.ptr(post), b.ptr(comb), b.ptr(x), pI64(T), pI32(n), pI32(D))
+}
+
+// HCMean writes out [T, D] = the mean of the n streams of x [T, n, D].
+func (b *Backend) HCMean(out, x *npu.Tensor) {
+	if x.Rank() != 3 {
+		panic(fmt.Sprintf("cuda: HCMean x %v is not [T, n, D]", x))
+	}
+	T, n, D := x.Dim(0), x.Dim(1), x.Dim(2)
+	if out.Numel() != T*D {
+		panic(fmt.Sprintf("cuda: HCMean out %v for x %v", out, x))
+	}
+	wantF32("HCMean", out, x)
+	if T*D == 0 || n == 0 {
+		return
+	}
+	b.launch("k_hc_mean", b.gridFor(int64(T*D), elemThreads), d1(elemThreads), 0,
+		b.ptr(out), b.ptr(x), pI64(T), pI32(n), pI32(D))
+}

@@ -1,0 +1,245 @@
+// Prepended to every kernel file before NVRTC compiles it (kernels.go):
+// types, dtype codes, conversions that match npu/convert.go bit for bit,
+// block reductions and the device error report. NVRTC needs no header for
+// any of it; tools/cuda/clang-check.sh type-checks the files with clang.
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef long long i64;
+typedef unsigned long long u64;
+
+// dtype codes (dtypeCode in kernels.go).
+#define DT_F32 0
+#define DT_BF16 1
+#define DT_F16 2
+#define DT_I32 3
+#define DT_F8E4M3 4
+
+// Device error codes (deviceErrors in errors.go).
+#define ERR_INDEX 1  // a row index outside its table
+#define ERR_SLOT 2   // a state slot outside the state tensor
+#define ERR_LAYOUT 3 // a SeqLayout that does not describe the batch
+
+#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
+
+// report records the first device-side failure: its code, the op (opCode in
+// errors.go) and the offending value. Sync reads and clears it.
+__device__ __forceinline__ void report(int *err, int code, int op, int value) {
+	if (atomicCAS(err, 0, code) == 0) {
+		err[1] = op;
+		err[2] = value;
+	}
+}
+
+__device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(((u32)h) << 16); }
+
+// f16_to_f32 widens exactly; a NaN keeps its payload (as npu.F16ToF32).
+__device__ __forceinline__ float f16_to_f32(u16 h) {
+	if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0) {
+		return __uint_as_float(((u32)(h & 0x8000u) << 16) | 0x7f800000u | ((u32)(h & 0x3ffu) << 13));
+	}
+	float f;
+	asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+	return f;
+}
+
+// f32_to_bf16 rounds to nearest even; NaN stays a quiet NaN (npu.F32ToBF16).
+__device__ __forceinline__ u16 f32_to_bf16(float f) {
+	u32 u = __float_as_uint(f);
+	if ((u & 0x7fffffffu) > 0x7f800000u) {
+		return (u16)((u >> 16) | 0x40u);
+	}
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (u16)(u >> 16);
+}
+
+// f32_to_f16 rounds to nearest even; a NaN becomes a quiet NaN keeping
+// the top of its payload (as npu.F32ToF16).
+__device__ __forceinline__ u16 f32_to_f16(float f) {
+	const u32 u = __float_as_uint(f);
+	if ((u & 0x7fffffffu) > 0x7f800000u) {
+		return (u16)(((u >> 16) & 0x8000u) | 0x7e00u | ((u & 0x7fffffu) >> 13));
+	}
+	u16 h;
+	asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+	return h;
+}
+
+// e4m3_to_f32 decodes OCP FP8 e4m3 (fn): no infinities, NaN 0x7f/0xff.
+__device__ __forceinline__ float e4m3_to_f32(u8 b) {
+	int e = (b >> 3) & 0xf, m = b & 7;
+	float v;
+	if (e == 0xf && m == 7) {
+		v = __uint_as_float(0x7fc00000u);
+	} else if (e == 0) {
+		v = (float)m * 0.001953125f; // m/8 * 2^-6
+	} else {
+		v = ldexpf(1.0f + (float)m * 0.125f, e - 7);
+	}
+	return (b & 0x80) ? -v : v;
+}
+
+// ldf loads element i of p (dtype dt) as float.
+__device__ __forceinline__ float ldf(const void *p, i64 i, int dt) {
+	switch (dt) {
+	case DT_F32:
+		return ((const float *)p)[i];
+	case DT_BF16:
+		return bf16_to_f32(((const u16 *)p)[i]);
+	case DT_F16:
+		return f16_to_f32(((const u16 *)p)[i]);
+	case DT_I32:
+		return (float)((const int *)p)[i];
+	default:
+		return e4m3_to_f32(((const u8 *)p)[i]);
+	}
+}
+
+// stf stores v as element i of p (dtype dt): halves round to nearest even,
+// I32 truncates toward zero saturating with NaN giving 0 (cvt.rzi).
+__device__ __forceinline__ void stf(void *p, i64 i, int dt, float v) {
+	switch (dt) {
+	case DT_F32:
+		((float *)p)[i] = v;
+		break;
+	case DT_BF16:
+		((u16 *)p)[i] = f32_to_bf16(v);
+		break;
+	case DT_F16:
+		((u16 *)p)[i] = f32_to_f16(v);
+		break;
+	default:
+		((int *)p)[i] = __float2int_rz(v);
+		break;
+	}
+}
+
+// copy_elem copies element si of src to element di of dst, esize bytes.
+__device__ __forceinline__ void copy_elem(void *dst, i64 di, const void *src, i64 si, int esize) {
+	switch (esize) {
+	case 1:
+		((u8 *)dst)[di] = ((const u8 *)src)[si];
+		break;
+	case 2:
+		((u16 *)dst)[di] = ((const u16 *)src)[si];
+		break;
+	case 4:
+		((u32 *)dst)[di] = ((const u32 *)src)[si];
+		break;
+	default:
+		((u64 *)dst)[di] = ((const u64 *)src)[si];
+		break;
+	}
+}
+
+__device__ __forceinline__ float sigmoidf_(float x) {
+	if (x < 0.0f) { // e/(1+e) keeps tiny results, as the CPU backend does
+		float e = expf(x);
+		return e / (1.0f + e);
+	}
+	return 1.0f / (1.0f + expf(-x));
+}
+
+__device__ __forceinline__ float siluf_(float x) { return x * sigmoidf_(x); }
+
+// nanmax is max with NaN propagating (either operand NaN gives NaN).
+__device__ __forceinline__ float nanmax(float a, float b) { return (a != a || a > b) ? a : b; }
+
+__device__ __forceinline__ float neg_inf() { return __uint_as_float(0xff800000u); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+	for (int o = 16; o > 0; o >>= 1) {
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	}
+	return v;
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+	for (int o = 16; o > 0; o >>= 1) {
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	}
+	return v;
+}
+
+__device__ __forceinline__ float warp_nanmax(float v) {
+	for (int o = 16; o > 0; o >>= 1) {
+		v = nanmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+	}
+	return v;
+}
+
+__device__ __forceinline__ u64 warp_max_u64(u64 v) {
+	for (int o = 16; o > 0; o >>= 1) {
+		u64 w = __shfl_xor_sync(0xffffffffu, v, o);
+		v = w > v ? w : v;
+	}
+	return v;
+}
+
+// Block reductions: every thread of the block calls them and gets the
+// result. The partial sums are added in warp order, so results do not
+// depend on timing. blockDim.x is a multiple of 32, at most 1024.
+__device__ __forceinline__ double block_sum(double v) {
+	__shared__ double sh_d[32];
+	v = warp_sum(v);
+	const int nw = blockDim.x >> 5;
+	__syncthreads();
+	if ((threadIdx.x & 31) == 0) {
+		sh_d[threadIdx.x >> 5] = v;
+	}
+	__syncthreads();
+	double r = 0;
+	for (int i = 0; i < nw; i++) {
+		r += sh_d[i];
+	}
+	return r;
+}
+
+__device__ __forceinline__ float block_sumf(float v) {
+	__shared__ float sh_f[32];
+	v = warp_sum(v);
+	const int nw = blockDim.x >> 5;
+	__syncthreads();
+	if ((threadIdx.x & 31) == 0) {
+		sh_f[threadIdx.x >> 5] = v;
+	}
+	__syncthreads();
+	float r = 0;
+	for (int i = 0; i < nw; i++) {
+		r += sh_f[i];
+	}
+	return r;
+}
+
+__device__ __forceinline__ float block_nanmax(float v) {
+	__shared__ float sh_m[32];
+	v = warp_nanmax(v);
+	const int nw = blockDim.x >> 5;
+	__syncthreads();
+	if ((threadIdx.x & 31) == 0) {
+		sh_m[threadIdx.x >> 5] = v;
+	}
+	__syncthreads();
+	float r = sh_m[0];
+	for (int i = 1; i < nw; i++) {
+		r = nanmax(r, sh_m[i]);
+	}
+	return r;
+}
+
+__device__ __forceinline__ u64 block_max_u64(u64 v) {
+	__shared__ u64 sh_u[32];
+	v = warp_max_u64(v);
+	const int nw = blockDim.x >> 5;
+	__syncthreads();
+	if ((threadIdx.x & 31) == 0) {
+		sh_u[threadIdx.x >> 5] = v;
+	}
+	__syncthreads();
+	u64 r = sh_u[0];
+	for (int i = 1; i < nw; i++) {
+		r = sh_u[i] > r ? sh_u[i] : r;
+	}
+	return r;
+}

@@ -1,0 +1,123 @@
+// Router (npu/cpu/moe.go): sigmoid scores, group-limited top-k on biased
+// scores, weights from unbiased scores. One block per token; the scores
+// live in dynamic shared memory (2*E floats).
+
+__device__ __forceinline__ u64 rank_key(float v, int i) {
+	u32 k = 0;
+	if (v == v) {
+		u32 u = v == 0.0f ? 0u : __float_as_uint(v);
+		k = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+	}
+	return ((u64)k << 32) | (u64)(0xffffffffu - (u32)i);
+}
+
+#define ROUTER_MAX_GROUPS 64
+#define ROUTER_MAX_K 64
+
+// k_router: x [T, D] (fp32), gate [E, D] (dtype gdt), bias [E] (dtype
+// bdt); weights [T, k], ids [T, k]. Dot products accumulate in fp64.
+extern "C" __global__ void k_router(float *weights, int *ids, const float *x, const void *gate, int gdt,
+				    const void *bias, int bdt, int D, int E, int k, int ngroup, int topk_group,
+				    int normalize, float scale) {
+	extern __shared__ float sh[];
+	float *s = sh;      // [E] sigmoid scores
+	float *sb = sh + E; // [E] biased scores, -Inf outside the chosen groups
+	__shared__ int order[ROUTER_MAX_K];
+	const int t = blockIdx.x;
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+	const float *xt = x + (i64)t * D;
+	for (int e = warp; e < E; e += nwarps) {
+		const i64 go = (i64)e * D;
+		double acc = 0;
+		for (int c = lane; c < D; c += 32) {
+			acc += (double)ldf(gate, go + c, gdt) * (double)xt[c];
+		}
+		acc = warp_sum(acc);
+		if (lane == 0) {
+			const float v = sigmoidf_((float)acc);
+			s[e] = v;
+			sb[e] = v + ldf(bias, e, bdt);
+		}
+	}
+	__syncthreads();
+	if (ngroup > 1 && topk_group < ngroup && threadIdx.x == 0) {
+		const int per = E / ngroup;
+		float gscore[ROUTER_MAX_GROUPS];
+		for (int g = 0; g < ngroup; g++) {
+			float b1 = neg_inf(), b2 = neg_inf();
+			for (int e = g * per; e < (g + 1) * per; e++) {
+				const float v = sb[e];
+				if (v > b1) {
+					b2 = b1;
+					b1 = v;
+				} else if (v > b2) {
+					b2 = v;
+				}
+			}
+			if (per == 1) {
+				b2 = 0.0f;
+			}
+			gscore[g] = b1 + b2;
+		}
+		// Keep the topk_group best groups (ties to the lower group).
+		u64 prev = ~0ull;
+		u64 keep[ROUTER_MAX_GROUPS];
+		for (int r = 0; r < topk_group; r++) {
+			u64 best = 0;
+			for (int g = 0; g < ngroup; g++) {
+				const u64 key = rank_key(gscore[g], g);
+				if (key < prev && key > best) {
+					best = key;
+				}
+			}
+			keep[r] = best;
+			prev = best;
+		}
+		for (int g = 0; g < ngroup; g++) {
+			const u64 key = rank_key(gscore[g], g);
+			bool kept = false;
+			for (int r = 0; r < topk_group; r++) {
+				kept = kept || keep[r] == key;
+			}
+			if (!kept) {
+				for (int e = g * per; e < (g + 1) * per; e++) {
+					sb[e] = neg_inf();
+				}
+			}
+		}
+	}
+	__syncthreads();
+	u64 prev = ~0ull;
+	for (int r = 0; r < k; r++) {
+		u64 best = 0;
+		for (int e = threadIdx.x; e < E; e += blockDim.x) {
+			const u64 key = rank_key(sb[e], e);
+			if (key < prev && key > best) {
+				best = key;
+			}
+		}
+		best = block_max_u64(best);
+		if (threadIdx.x == 0) {
+			order[r] = (int)(0xffffffffu - (u32)best);
+		}
+		prev = best;
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		float sum = 0;
+		for (int j = 0; j < k; j++) {
+			sum += s[order[j]];
+		}
+		if (normalize) {
+			sum += 1e-20f;
+		}
+		for (int j = 0; j < k; j++) {
+			float w = s[order[j]];
+			if (normalize) {
+				w /= sum;
+			}
+			weights[(i64)t * k + j] = w * scale;
+			ids[(i64)t * k + j] = order[j];
+		}
+	}
+}

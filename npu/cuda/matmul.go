@@ -1,0 +1,173 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/npuserve/npuserve/npu"
+)
+
+// MatMul numerics. The CPU backend widens 16-bit weights to fp32 and
+// multiplies in fp32; the paths here keep to that within fp32 rounding
+// (about 1e-6 of sum |x||w|) except where noted:
+//
+//   - F32 weights: cuBLASLt fp32 GEMM with CUBLAS_COMPUTE_32F (plain fp32
+//     FMA, TF32 off).
+//   - BF16 or F16 weights, M <= gemmSmallM (decode): k_gemm_small widens
+//     the weights in registers and accumulates in fp32, reading them once
+//     at memory speed.
+//   - BF16 weights, larger M (prefill): the activations are split into two
+//     bf16 terms, x = hi + lo with |x - hi - lo| <= 2^-18 |x|, and two bf16
+//     tensor-core GEMMs with fp32 accumulation add w·hi + w·lo. The error
+//     is about 4e-6 of sum |x||w| (against 2^-9 for rounding x to bf16
+//     once), at twice the cost of one bf16 GEMM; SplitBF16 = false widens
+//     the weights to an fp32 scratch and runs the fp32 GEMM instead.
+//   - F16 weights, larger M: widened to an fp32 scratch, fp32 GEMM.
+//
+// So a row's result may differ in the last bits between a batch of
+// gemmSmallM rows and a larger one.
+
+// gemmSmallM is the largest M that k_gemm_small serves.
+const gemmSmallM = 4
+
+// SplitBF16 selects the split-activation bf16 tensor-core GEMM for BF16
+// weights at M > gemmSmallM (see the numerics above); false uses widened weights
+// and the fp32 GEMM. For tests and measurements; set before use.
+var SplitBF16 = true
+
+// planKey identifies a cuBLASLt plan.
+type planKey struct {
+	m, n, k, abType, align int
+}
+
+// maxPlans bounds the plan cache (M varies per step); when full it is
+// emptied.
+const maxPlans = 256
+
+// MatMul computes out[M,N] = x[M,K] · w[N,K]^T (PyTorch Linear layout).
+// x and out are F32; w is F32, BF16 or F16. Leading dimensions are
+// flattened: K is w's last dimension, N = w.Numel()/K, M = x.Numel()/K.
+func (b *Backend) MatMul(out, x, w *npu.Tensor) {
+	if w.Rank() < 2 || x.Rank() < 1 {
+		panic(fmt.Sprintf("cuda: MatMul x %v, w %v: want x [M,K], w [N,K]", x, w))
+	}
+	wantFloat("MatMul", w)
+	K := w.Dim(-1)
+	if x.Dim(-1) != K {
+		panic(fmt.Sprintf("cuda: MatMul x %v and w %v disagree on K", x, w))
+	}
+	N, M := 1, 1
+	for _, d := range w.Shape()[:w.Rank()-1] {
+		N *= d
+	}
+	for _, d := range x.Shape()[:x.Rank()-1] {
+		M *= d
+	}
+	if out.Numel() != M*N || (out.Rank() > 0 && out.Dim(-1) != N) {
+		panic(fmt.Sprintf("cuda: MatMul out %v, want [%d,%d] for x %v, w %v", out, M, N, x, w))
+	}
+	wantF32("MatMul", out, x)
+	if M == 0 || N == 0 {
+		return
+	}
+	if K == 0 {
+		b.Fill(out, 0)
+		return
+	}
+	po, px, pw := b.ptr(out), b.ptr(x), b.ptr(w)
+	switch {
+	case w.DType() == npu.F32:
+		b.gemmOrFail(cudaR32F, M, N, K, pw, px, po)
+	case M <= gemmSmallM:
+		b.gemmSmall(po, px, pw, w.DType(), M, N, K)
+	case w.DType() == npu.BF16 && SplitBF16 && b.splitGemm(M, N, K, pw, px, po):
+	default:
+		n := N * K
+		s := b.temp(4 * n)
+		b.launch("k_convert", b.gridFor(int64(n), elemThreads), d1(elemThreads), 0,
+			s.ptr, pI32(dtypeCode(npu.F32)), pw, pI32(dtypeCode(w.DType())), pI64(n))
+		b.gemmOrFail(cudaR32F, M, N, K, s.ptr, px, po)
+		b.freeBuf(s)
+	}
+}
+
+// splitGemm is the split-activation bf16 GEMM; false (nothing enqueued)
+// when cuBLASLt has no bf16 algorithm for this shape and alignment.
+func (b *Backend) splitGemm(M, N, K int, w, x, out uint64) bool {
+	n := M * K
+	half := (2*n + 255) &^ 255 // lo starts 256-byte aligned
+	p1, err1 := b.ltPlan(cudaR16BF, M, N, K, w, 0, out)
+	p2, err2 := b.ltPlan(cudaR16BF, M, N, K, w, uint64(half), out)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	s := b.temp(2 * half)
+	hi, lo := s.ptr, s.ptr+uint64(half)
+	b.launch("k_split_bf16", b.gridFor(int64(n), elemThreads), d1(elemThreads), 0, hi, lo, x, pI64(n))
+	b.ltRun(p1, M, N, K, w, hi, out, 0)
+	b.ltRun(p2, M, N, K, w, lo, out, 1)
+	b.freeBuf(s)
+	return true
+}
+
+// gemmSmall launches k_gemm_small: 8 warps (8 columns of out) per block.
+func (b *Backend) gemmSmall(out, x, w uint64, dt npu.DType, M, N, K int) {
+	const warps = 8
+	vec := K%8 == 0 && x%16 == 0 && w%16 == 0 && dt != npu.F32
+	b.launch("k_gemm_small", d2((N+warps-1)/warps, (M+gemmSmallM-1)/gemmSmallM), d1(32*warps), 0,
+		out, x, w, pI32(dtypeCode(dt)), pI32(M), pI32(N), pI32(K), pBool(vec))
+}
+
+// alignment is the largest power of two, at most 256, dividing every
+// address.
+func alignment(ptrs ...uint64) int {
+	a := uint64(256)
+	for _, p := range ptrs {
+		for a > 1 && p%a != 0 {
+			a >>= 1
+		}
+	}
+	return int(a)
+}
+
+// ltPlan returns the cuBLASLt plan of out[M,N] = x[M,K] · w[N,K]^T with
+// w and x of cudaDataType abType and out fp32, for operands at these
+// addresses (x's only matters modulo 256): in cuBLASLt's column-major
+// terms D[N,M] = op(A)[N,K] · B[K,M] with A = w transposed.
+func (b *Backend) ltPlan(abType, M, N, K int, w, x, out uint64) (uintptr, error) {
+	key := planKey{m: M, n: N, k: K, abType: abType, align: alignment(w, x, out)}
+	if plan, ok := b.plans[key]; ok {
+		return plan, nil
+	}
+	if len(b.plans) >= maxPlans {
+		if err := drvStreamSync(b.ctx, b.stream); err != nil {
+			b.fail(fmt.Errorf("cuda: the stream failed: %w", err))
+		}
+		for k, p := range b.plans {
+			ltPlanDestroy(p)
+			delete(b.plans, k)
+		}
+	}
+	plan, err := ltPlanCreate(b.ctx, b.lt, true, false, N, M, K, abType, cudaR32F, K, K, N, key.align, b.ltWSBytes)
+	if err != nil {
+		return 0, fmt.Errorf("cuda: MatMul [%d,%d]x[%d,%d]^T: %w", M, K, N, K, err)
+	}
+	b.plans[key] = plan
+	return plan, nil
+}
+
+// ltRun enqueues a plan's GEMM (+ beta * out).
+func (b *Backend) ltRun(plan uintptr, M, N, K int, w, x, out uint64, beta float32) {
+	if err := ltPlanRun(b.ctx, b.lt, plan, 1, beta, w, x, out, b.ltWS, b.ltWSBytes, b.stream); err != nil {
+		b.fail(fmt.Errorf("cuda: MatMul [%d,%d]x[%d,%d]^T: %w", M, K, N, K, err))
+	}
+}
+
+// gemmOrFail enqueues an fp32-output GEMM, recording a failure to plan it.
+func (b *Backend) gemmOrFail(abType, M, N, K int, w, x, out uint64) {
+	plan, err := b.ltPlan(abType, M, N, K, w, x, out)
+	if err != nil {
+		b.fail(err)
+		return
+	}
+	b.ltRun(plan, M, N, K, w, x, out, 0)
+}

@@ -1,0 +1,51 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/npuserve/npuserve/npu"
+)
+
+// The ops this build of the CUDA backend does not implement yet. Open
+// refuses to open the backend while this list is not empty, so
+// --device cuda never runs a partial backend; calling one directly (a
+// test that constructs the Backend with New) is a programming error.
+var unimplementedOps = []string{"KDA", "KPool", "DSAIndex", "SparseMLA", "MoE", "PrepareQuant", "MatMulQ", "MoEQ"}
+
+func notImplemented(op string) {
+	panic(fmt.Sprintf("cuda: %s is not implemented yet", op))
+}
+
+// KDA is not implemented yet.
+func (b *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout, heads, headDim, chunk int) {
+	notImplemented("KDA")
+}
+
+// KPool is not implemented yet.
+func (b *Backend) KPool(out, keys, gates, ape *npu.Tensor) { notImplemented("KPool") }
+
+// DSAIndex is not implemented yet.
+func (b *Backend) DSAIndex(out, q, w, pooled *npu.Tensor, seqs *npu.SeqLayout, p npu.IndexParams) {
+	notImplemented("DSAIndex")
+}
+
+// SparseMLA is not implemented yet.
+func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.SeqLayout, heads, dk, dv int, scale float32) {
+	notImplemented("SparseMLA")
+}
+
+// MoE is not implemented yet.
+func (b *Backend) MoE(out, x, gateUp, down, weights, ids *npu.Tensor, limit float32) {
+	notImplemented("MoE")
+}
+
+// PrepareQuant is not implemented yet.
+func (b *Backend) PrepareQuant(w *npu.QuantWeight) { notImplemented("PrepareQuant") }
+
+// MatMulQ is not implemented yet.
+func (b *Backend) MatMulQ(out, x *npu.Tensor, w *npu.QuantWeight) { notImplemented("MatMulQ") }
+
+// MoEQ is not implemented yet.
+func (b *Backend) MoEQ(out, x *npu.Tensor, gateUp, down *npu.QuantWeight, weights, ids *npu.Tensor, limit float32) {
+	notImplemented("MoEQ")
+}
