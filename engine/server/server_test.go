@@ -340,6 +340,31 @@ func TestErrorEnvelope(t *testing.T) {
 		{"body too large", "/v1/completions", `{"prompt":"` + strings.Repeat("x", 5000) + `"}`, 413, "Request Entity Too Large", "", "Request body too large", nil},
 		{"truncate too large", "/v1/completions", `{"prompt":"a","truncate_prompt_tokens":100}`, 400, "BadRequestError", "truncate_prompt_tokens", "is greater than max_model_len (64)", nil},
 		{"unknown path", "/v1/nothing", `{}`, 404, "Not Found", "", "Not Found", nil},
+		// Issue 12: what a hostile or careless client found.
+		{"presence_penalty out of range", "/v1/completions", `{"prompt":"a","presence_penalty":-5}`, 400, "BadRequestError", "", "presence_penalty must be in [-2, 2], got -5.0.", nil},
+		{"presence_penalty NaN", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"presence_penalty":"NaN"}`, 400, "BadRequestError", "", "presence_penalty must be in [-2, 2], got nan.", nil},
+		{"presence_penalty list", "/v1/completions", `{"prompt":"a","presence_penalty":[1]}`, 400, "Bad Request", "body.presence_penalty", "Input should be a valid number", nil},
+		{"max_tokens int64 max", "/v1/completions", `{"prompt":"hello","max_tokens":9223372036854775807}`, 400, "BadRequestError", "max_tokens",
+			"'max_tokens' or 'max_completion_tokens' is too large: 9223372036854775807. This model's maximum context length is 64 tokens", nil},
+		{"completions max_completion_tokens int64 max", "/v1/completions", `{"prompt":"hello","max_completion_tokens":9223372036854775807}`, 400, "BadRequestError", "max_tokens", "is too large: 9223372036854775807.", nil},
+		{"chat max_completion_tokens int64 max", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":9223372036854775807}`, 400, "BadRequestError", "max_tokens", "is too large: 9223372036854775807.", nil},
+		{"stop empty string in list", "/v1/completions", `{"prompt":"a","stop":["x",""]}`, 400, "BadRequestError", "", "stop cannot contain an empty string.", nil},
+		{"stop empty string", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stop":""}`, 400, "BadRequestError", "", "stop cannot contain an empty string.", nil},
+		{"reasoning_effort unknown", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"reasoning_effort":"ultra"}`, 400, "Bad Request", "body.reasoning_effort", `Input should be 'low', 'medium' or 'high'`, nil},
+		{"reasoning_effort number", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"reasoning_effort":3}`, 400, "Bad Request", "body.reasoning_effort", `'input': 3, 'ctx': {'expected': "'low', 'medium' or 'high'"}`, nil},
+		{"tool parameters a string", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":"nope"}}]}`, 400, "Bad Request", "body.tools.0.function.parameters", "Input should be a valid dictionary", nil},
+		{"tools a string", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"tools":"x"}`, 400, "Bad Request", "body.tools", "'msg': 'Input should be a valid list', 'input': 'x'", nil},
+		{"tool not an object", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"tools":[7]}`, 400, "Bad Request", "body.tools.0", "valid dictionary or object", nil},
+		{"tool type", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"web","function":{"name":"f"}}]}`, 400, "Bad Request", "body.tools.0.type", "Input should be 'function'", nil},
+		{"tool name type", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"tools":[{"function":{"name":1}}]}`, 400, "Bad Request", "body.tools.0.function.name", "Input should be a valid string", nil},
+		{"tool without function", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function"}]}`, 400, "Bad Request", "body.tools.0.function", "Field required", nil},
+		{"tools a string on tokenize", "/tokenize", `{"messages":[{"role":"user","content":"hi"}],"tools":"x"}`, 400, "Bad Request", "body.tools", "Input should be a valid list", nil},
+		{"invalid UTF-8", "/v1/completions", "{\"prompt\":\"a\xff\xfeb\"}", 400, "Bad Request", "", "There was an error parsing the body", nil},
+		{"invalid UTF-8 chat", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\"}]}", 400, "Bad Request", "", "There was an error parsing the body", nil},
+		{"lone high surrogate", "/v1/completions", `{"prompt":"a\ud800b"}`, 400, "Bad Request", "", "There was an error parsing the body", nil},
+		{"lone high surrogate at end", "/v1/completions", `{"prompt":"\ud83d"}`, 400, "Bad Request", "", "There was an error parsing the body", nil},
+		{"lone low surrogate", "/v1/chat/completions", `{"messages":[{"role":"user","content":"\udc00"}]}`, 400, "Bad Request", "", "There was an error parsing the body", nil},
+		{"high surrogate and a non-surrogate", "/tokenize", `{"prompt":"\ud800\u0041"}`, 400, "Bad Request", "", "There was an error parsing the body", nil},
 		{"detokenize bad id", "/detokenize", `{"tokens":[99999]}`, 400, "BadRequestError", "", "out of vocabulary", nil},
 		{"tokenize missing prompt", "/tokenize", `{}`, 400, "Bad Request", "body.prompt", "Field required", nil},
 	}
@@ -780,6 +805,10 @@ func TestPyRepr(t *testing.T) {
 		{`null`, `None`},
 		{`[1,2]`, `'<list of 2 items>'`},
 		{`{"a":1}`, `'<dict of 1 items>'`},
+		{`[]`, `'<list of 0 items>'`},
+		{` [ ] `, `'<list of 0 items>'`},
+		{`[[1,2],{"a":[3,4]},"x,]"]`, `'<list of 3 items>'`},
+		{`{"a":{"b":1,"c":2},"d":"\",","e":[]}`, `'<dict of 3 items>'`},
 	}
 	for _, c := range cases {
 		if got := pyInput(json.RawMessage(c.in)); got != c.want {
@@ -851,4 +880,26 @@ func TestEngineFailureMidRequest(t *testing.T) {
 		}
 	}
 	waitFor(t, func() bool { return eng.liveCount() == 0 })
+}
+
+// TestSamplingFieldsReachEngine: presence_penalty (never read before issue
+// 12) and frequency_penalty reach the engine's parameters; a well-formed
+// surrogate pair is not refused with the lone ones.
+func TestSamplingFieldsReachEngine(t *testing.T) {
+	eng := newFakeEngine(textScript(t, "ok", true))
+	ts, _ := startServer(t, eng, Options{})
+	for _, c := range []struct{ path, body string }{
+		{"/v1/completions", `{"prompt":"hi \ud83d\ude00","presence_penalty":2,"frequency_penalty":-1.5,"max_tokens":2}`},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi \ud83d\ude00"}],"presence_penalty":"2","frequency_penalty":-1.5,"max_tokens":2}`},
+	} {
+		code, _, out := post(t, ts.URL+c.path, c.body)
+		if code != 200 {
+			t.Fatalf("%s: %d %s", c.path, code, out)
+		}
+		reqs := eng.requests()
+		p := reqs[len(reqs)-1].Params
+		if p.PresencePenalty != 2 || p.FrequencyPenalty != -1.5 {
+			t.Errorf("%s: presence %v frequency %v, want 2 and -1.5", c.path, p.PresencePenalty, p.FrequencyPenalty)
+		}
+	}
 }
