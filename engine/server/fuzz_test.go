@@ -52,7 +52,7 @@ func FuzzDecodeRequest(f *testing.F) {
 			checkAPIError(t, aerr)
 			return
 		}
-		if _, aerr := tokenizePrompts(tok, req.prompts, req.addSpecialTokens); aerr != nil {
+		if _, aerr := tokenizePrompts(tok, req.prompts, req.addSpecialTokens, promptLimit{chars: 1 << 16, modelLen: 4096}); aerr != nil {
 			checkAPIError(t, aerr)
 		}
 	})

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/npuserve/npuserve/engine/parser"
 	"github.com/npuserve/npuserve/engine/sampling"
@@ -577,14 +578,38 @@ type prompt struct {
 	ids      []int32
 }
 
+// promptLimit is the longest text that is tokenized (--max-prompt-chars).
+// The zero value has no limit.
+type promptLimit struct {
+	chars    int // 0: no limit
+	modelLen int // for the message
+}
+
+// check refuses a text of more than chars characters without tokenizing
+// it (with the automatic limit, such a text cannot fit max_model_len).
+func (l promptLimit) check(text string) *APIError {
+	if l.chars <= 0 || len(text) <= l.chars {
+		return nil // a character is at least a byte
+	}
+	n := utf8.RuneCountInString(text)
+	if n <= l.chars {
+		return nil
+	}
+	return badParam("input_tokens", "This model's maximum context length is %d tokens. However, your prompt has %d characters, more than the %d this server tokenizes (--max-prompt-chars). Please reduce the length of the input messages.",
+		l.modelLen, n, l.chars)
+}
+
 // tokenizePrompts tokenizes text prompts (tok nil: only token ids are
-// accepted).
-func tokenizePrompts(tok *tokenizer.Tokenizer, specs []promptSpec, addSpecial bool) ([]prompt, *APIError) {
+// accepted); a text longer than lim is refused before tokenization.
+func tokenizePrompts(tok *tokenizer.Tokenizer, specs []promptSpec, addSpecial bool, lim promptLimit) ([]prompt, *APIError) {
 	out := make([]prompt, len(specs))
 	for i, p := range specs {
 		if p.text != nil {
 			if tok == nil {
 				return nil, skipTokenizerError()
+			}
+			if aerr := lim.check(*p.text); aerr != nil {
+				return nil, aerr
 			}
 			ids := tok.Encode(*p.text, addSpecial)
 			out[i] = prompt{text: *p.text, textKnow: true, ids: make([]int32, len(ids))}

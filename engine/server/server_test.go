@@ -645,6 +645,15 @@ func TestAuthAndRoutes(t *testing.T) {
 		{"GET", "/v1/models", "", "", 401},
 		{"GET", "/v1/models", "Bearer sk-test", "", 200},
 		{"GET", "/health", "", "", 200},
+		// Every /v1 path needs the key, unknown ones included; a trailing
+		// slash is not redirected (JSON bodies only).
+		{"GET", "/v1/nothing", "", "", 401},
+		{"POST", "/v1/embeddings", "", `{}`, 401},
+		{"GET", "/v1/models/", "", "", 401},
+		{"GET", "/v1/models/", "Bearer sk-test", "", 404},
+		{"GET", "/v1/nothing", "Bearer sk-test", "", 404},
+		{"GET", "/v1", "", "", 401},
+		{"GET", "/nothing", "", "", 404},
 		{"GET", "/version", "", "", 200},
 		{"GET", "/metrics", "", "", 200},
 		{"POST", "/tokenize", "", `{"prompt":"hello"}`, 200},
@@ -665,6 +674,12 @@ func TestAuthAndRoutes(t *testing.T) {
 		}
 		if c.status == 401 {
 			checkEnvelope(t, resp.StatusCode, b, errCase{status: 401, typ: "Unauthorized", inMsg: "Unauthorized"})
+		}
+		if c.status == 404 {
+			checkEnvelope(t, resp.StatusCode, b, errCase{status: 404, typ: "Not Found", inMsg: "Not Found"})
+		}
+		if ct := resp.Header.Get("Content-Type"); len(b) > 0 && !strings.HasPrefix(ct, "application/json") && !strings.HasPrefix(ct, "text/plain; version=0.0.4") {
+			t.Errorf("%s %s: Content-Type %q: %s", c.method, c.path, ct, b)
 		}
 		if c.path == "/version" && string(b) != `{"version":"9.9"}` {
 			t.Errorf("/version = %s", b)
@@ -901,5 +916,78 @@ func TestSamplingFieldsReachEngine(t *testing.T) {
 		if p.PresencePenalty != 2 || p.FrequencyPenalty != -1.5 {
 			t.Errorf("%s: presence %v frequency %v, want 2 and -1.5", c.path, p.PresencePenalty, p.FrequencyPenalty)
 		}
+	}
+}
+
+// TestCORS: preflight requests are answered (they answered 405 before issue
+// 12) as Starlette's CORSMiddleware answers them, with vLLM's defaults
+// (everything allowed) or the configured lists.
+func TestCORS(t *testing.T) {
+	eng := newFakeEngine(textScript(t, "ok", true))
+	open, _ := startServer(t, eng, Options{APIKeys: []string{"k"}})
+	strict, _ := startServer(t, eng, Options{CORS: CORS{AllowedOrigins: []string{"https://a.example"}, AllowedMethods: []string{"POST"},
+		AllowedHeaders: []string{"Authorization"}, AllowCredentials: true}})
+	do := func(method, url string, hdr ...string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(method, url, nil)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, b
+	}
+	pre := func(origin, method, headers string) []string {
+		return []string{"Origin", origin, "Access-Control-Request-Method", method, "Access-Control-Request-Headers", headers}
+	}
+	cases := []struct {
+		name, method, url string
+		hdr               []string
+		status            int
+		want              map[string]string // header -> value ("" absent)
+	}{
+		{"preflight, defaults", "OPTIONS", open.URL + "/v1/chat/completions", pre("https://x.example", "POST", "authorization, content-type"), 200,
+			map[string]string{"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Methods": "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT",
+				"Access-Control-Allow-Headers": "authorization, content-type", "Access-Control-Max-Age": "600", "Access-Control-Allow-Credentials": ""}},
+		{"preflight of an unknown path", "OPTIONS", open.URL + "/v1/nothing", pre("https://x.example", "GET", ""), 200,
+			map[string]string{"Access-Control-Allow-Origin": "*"}},
+		{"simple request, defaults", "GET", open.URL + "/health", []string{"Origin", "https://x.example"}, 200,
+			map[string]string{"Access-Control-Allow-Origin": "*", "Vary": ""}},
+		{"simple request with a cookie", "GET", open.URL + "/health", []string{"Origin", "https://x.example", "Cookie", "a=b"}, 200,
+			map[string]string{"Access-Control-Allow-Origin": "https://x.example", "Vary": "Origin"}},
+		{"unauthorized, with CORS headers", "GET", open.URL + "/v1/models", []string{"Origin", "https://x.example"}, 401,
+			map[string]string{"Access-Control-Allow-Origin": "*"}},
+		{"no Origin: no CORS headers", "GET", open.URL + "/health", nil, 200, map[string]string{"Access-Control-Allow-Origin": ""}},
+		{"OPTIONS that is not a preflight", "OPTIONS", open.URL + "/v1/completions", []string{"Origin", "https://x.example"}, 405, nil},
+		{"preflight, allowed origin", "OPTIONS", strict.URL + "/v1/completions", pre("https://a.example", "POST", "Authorization"), 200,
+			map[string]string{"Access-Control-Allow-Origin": "https://a.example", "Vary": "Origin", "Access-Control-Allow-Methods": "POST",
+				"Access-Control-Allow-Headers": "Accept, Accept-Language, Authorization, Content-Language, Content-Type", "Access-Control-Allow-Credentials": "true"}},
+		{"preflight, other origin", "OPTIONS", strict.URL + "/v1/completions", pre("https://b.example", "POST", ""), 400,
+			map[string]string{"Access-Control-Allow-Origin": ""}},
+		{"preflight, other method and header", "OPTIONS", strict.URL + "/v1/completions", pre("https://a.example", "PUT", "X-Secret"), 400, nil},
+		{"simple request, allowed origin", "GET", strict.URL + "/health", []string{"Origin", "https://a.example"}, 200,
+			map[string]string{"Access-Control-Allow-Origin": "https://a.example", "Access-Control-Allow-Credentials": "true"}},
+		{"simple request, other origin", "GET", strict.URL + "/health", []string{"Origin", "https://b.example"}, 200,
+			map[string]string{"Access-Control-Allow-Origin": ""}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, b := do(c.method, c.url, c.hdr...)
+			if resp.StatusCode != c.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, c.status, b)
+			}
+			for k, v := range c.want {
+				if got := resp.Header.Get(k); got != v {
+					t.Errorf("%s = %q, want %q", k, got, v)
+				}
+			}
+			if c.status == 400 {
+				checkEnvelope(t, resp.StatusCode, b, errCase{status: 400, typ: "Bad Request", inMsg: "Disallowed CORS"})
+			}
+		})
 	}
 }
