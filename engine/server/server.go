@@ -142,7 +142,7 @@ type Server struct {
 	bodyBytes   atomic.Int64 // bytes of request bodies held by handlers
 	bodyBudget  int64        // their limit: 4 × MaxBodyBytes
 	scavengeMu  sync.Mutex
-	scavenge    *time.Timer // returns memory after large bodies
+	scavenge    *time.Timer  // returns memory after large bodies
 	conns       *connTracker // set by Serve
 
 	forceMu sync.Mutex
