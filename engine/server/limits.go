@@ -180,6 +180,7 @@ func (t *connTracker) state(c net.Conn, st http.ConnState) {
 	switch st {
 	case http.StateClosed, http.StateHijacked:
 		delete(t.conns, c)
+		t.s.freed(connMemory)
 	case http.StateIdle, http.StateActive:
 		if e, ok := t.conns[c]; ok {
 			e.idle, e.since = st == http.StateIdle, time.Now()
@@ -311,17 +312,27 @@ func (s *Server) readBody(c *gin.Context) (data []byte, aerr *APIError) {
 	}
 }
 
-// releaseBody gives a finished request's body back to the budget, and
-// after a large one schedules the return of freed memory to the system
-// (the heap otherwise keeps it until the next collection, which an idle
-// server may not run for minutes).
+// releaseBody gives a finished request's body back to the budget and
+// counts its bytes as freed.
 func (s *Server) releaseBody(n int) {
 	s.bodyBytes.Add(-int64(n))
-	if n < bigBody {
-		return
-	}
+	s.freed(n)
+}
+
+// freed counts memory that handlers or connections no longer hold. After
+// scavengeAfter bytes, the return of free memory to the system is
+// scheduled for a second after the last such release: the heap would
+// otherwise keep it until the next collection, which an idle server may
+// not run for minutes, and the resident size after a burst of large bodies
+// or of connections would stay at its peak.
+func (s *Server) freed(n int) {
 	s.scavengeMu.Lock()
 	defer s.scavengeMu.Unlock()
+	s.released += n
+	if s.released < scavengeAfter {
+		return
+	}
+	s.released = 0
 	if s.scavenge == nil {
 		s.scavenge = time.AfterFunc(time.Second, debug.FreeOSMemory)
 	} else {
@@ -329,8 +340,13 @@ func (s *Server) releaseBody(n int) {
 	}
 }
 
-// bigBody is the body size after which releaseBody returns memory.
-const bigBody = 8 << 20
+// scavengeAfter is how many freed bytes schedule a return of memory;
+// connMemory estimates what one closed connection held (its goroutine's
+// stack and its buffers).
+const (
+	scavengeAfter = 8 << 20
+	connMemory    = 16 << 10
+)
 
 // admitQueued reserves n sequences of the in-flight budget
 // (MaxQueuedRequests); release gives them back.

@@ -143,6 +143,7 @@ type Server struct {
 	bodyBudget  int64        // their limit: 4 × MaxBodyBytes
 	scavengeMu  sync.Mutex
 	scavenge    *time.Timer  // returns memory after large bodies
+	released    int          // body bytes released since the last scavenge
 	conns       *connTracker // set by Serve
 
 	forceMu sync.Mutex
