@@ -310,7 +310,7 @@ var flagTable = []flagSpec{
 		set: func(a *EngineArgs, v string) error { return jsonStrings(&a.AllowedHeaders, v) }},
 	{name: "allow-credentials", kind: kindBool, negate: true, usage: "CORS: allow credentials",
 		setBool: func(a *EngineArgs, v bool) { a.AllowCredentials = v }},
-	{name: "timeout-keep-alive", kind: kindString, usage: "seconds an idle keep-alive connection stays open (default: VLLM_HTTP_TIMEOUT_KEEP_ALIVE, else 5)", defText: "5",
+	{name: "timeout-keep-alive", kind: kindString, usage: "seconds an idle keep-alive connection stays open (when not given: VLLM_HTTP_TIMEOUT_KEEP_ALIVE, else 5)", defText: "5",
 		set: func(a *EngineArgs, v string) error { return secondsIn(&a.TimeoutKeepAlive, v) }},
 	{name: "timeout-read", kind: kindString, usage: "seconds a client has to send a request's headers, and then its body; a slower one is cut", defText: "60",
 		set: func(a *EngineArgs, v string) error { return secondsIn(&a.TimeoutRead, v) }},
