@@ -50,30 +50,42 @@ bench: build
 	$(GO) test -run '^$$' -bench Loopback -timeout 30m ./hccl/
 	$(GO) test -run '^$$' -bench StreamingOverhead -timeout 30m ./engine/server/
 
-## fuzz: every fuzz target for $(FUZZTIME) each. A run whose time ends
-## while Go is still gathering coverage or minimizing an input reports
-## "context deadline exceeded" with no failing input: not a failure.
+## fuzz: every fuzz target (or those matching FUZZTARGETS, a regexp) for
+## $(FUZZTIME) each, with FUZZPARALLEL workers (default: one per core), so
+## a run costs targets x FUZZTIME x workers CPU time: on 2 cores,
+## `make fuzz FUZZTIME=130s` is about one CPU-hour over the 14 targets. A
+## run whose time ends while Go is still gathering coverage or minimizing
+## an input reports "context deadline exceeded" with no failing input: not
+## a failure. A failure writes its input under the package's
+## testdata/fuzz/, to be committed with the fix.
+FUZZTARGETS ?= .
+FUZZPARALLEL ?=
 fuzz:
-	@set -e; for pkg in $$($(GO) list ./...); do \
-	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
-	    echo "== $$pkg $$t"; \
-	    if ! out=$$($(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s $$pkg 2>&1); then \
+	@set -e; n=0; for pkg in $$($(GO) list ./...); do \
+	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' | grep -E '$(FUZZTARGETS)' || true); do \
+	    echo "== $$pkg $$t"; n=$$((n+1)); \
+	    if ! out=$$($(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $(if $(FUZZPARALLEL),-parallel $(FUZZPARALLEL)) -fuzzminimizetime 5s $$pkg 2>&1); then \
 	      echo "$$out"; \
 	      if echo "$$out" | grep -q 'Failing input written' || ! echo "$$out" | grep -q 'context deadline exceeded'; then exit 1; fi; \
 	      echo "(fuzz time ran out while gathering coverage or minimizing: no failing input)"; \
 	    else echo "$$out" | tail -3; fi; \
 	  done; \
-	done
+	done; echo "fuzz: $$n targets x $(FUZZTIME), no failure"
 
 ## soak: 256 concurrent streaming requests (completions and chat) for 60 s
 ## against the tiny model: zero failures, every stream ends with [DONE], the
-## cache is empty afterwards. `make test` runs the same test with 32 streams
-## for 3 s.
+## cache is empty afterwards; then the hostile-client test for 60 s with
+## 5000 idle connections (TestServeHostile: idle, slow and oversized
+## clients and cut streams while a well-behaved client and /health keep
+## being served). `make test` runs the same tests with 32 streams for 3 s
+## and 300 idle connections for 4 s.
 SOAK_STREAMS ?= 256
 SOAK_SECONDS ?= 60
+SOAK_IDLE ?= 5000
 soak:
 	NPUSERVE_SOAK_STREAMS=$(SOAK_STREAMS) NPUSERVE_SOAK_SECONDS=$(SOAK_SECONDS) \
-	  $(GO) test -count=1 -timeout 15m -run '^TestServeSoak$$' -v ./cmd/npuserve/
+	NPUSERVE_HOSTILE_SECONDS=$(SOAK_SECONDS) NPUSERVE_HOSTILE_IDLE=$(SOAK_IDLE) \
+	  $(GO) test -count=1 -timeout 15m -run '^(TestServeSoak|TestServeHostile)$$' -v ./cmd/npuserve/
 
 clean:
 	rm -rf bin

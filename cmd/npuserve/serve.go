@@ -373,5 +373,25 @@ func serverOptions(args *config.EngineArgs, dir string, templates *chattemplate.
 		MaxLogprobs: maxLogprobs, TrustRequestChatTemplate: args.TrustRequestChatTemplate,
 		EnablePromptTokensDetails: args.EnablePromptTokensDetails, EnableForceIncludeUsage: args.EnableForceIncludeUsage,
 		ReturnTokensAsTokenIDs: args.ReturnTokensAsTokenIDs,
+		CORS: server.CORS{AllowedOrigins: args.AllowedOrigins, AllowedMethods: args.AllowedMethods,
+			AllowedHeaders: args.AllowedHeaders, AllowCredentials: args.AllowCredentials},
+		MaxBodyBytes: int64(args.MaxRequestBodyBytes), Limits: serverLimits(args),
 	}
+}
+
+// serverLimits maps the HTTP limit flags to the server's Limits. Without
+// --timeout-keep-alive, vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE sets it.
+func serverLimits(args *config.EngineArgs) server.Limits {
+	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	keepAlive := sec(args.TimeoutKeepAlive)
+	if !args.Given("timeout-keep-alive") {
+		keepAlive = envSeconds(keepAlive, "VLLM_HTTP_TIMEOUT_KEEP_ALIVE")
+	}
+	l := server.Limits{KeepAlive: keepAlive, ReadTimeout: sec(args.TimeoutRead), WriteTimeout: sec(args.TimeoutWrite),
+		MaxConnections: args.LimitConcurrency, MaxHeaderBytes: args.H11MaxIncompleteEventSize, MaxHeaderCount: args.H11MaxHeaderCount,
+		MaxPromptChars: args.MaxPromptChars}
+	if args.MaxNumQueuedReqs >= 0 {
+		l.MaxQueuedRequests = &args.MaxNumQueuedReqs
+	}
+	return l
 }

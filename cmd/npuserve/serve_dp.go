@@ -135,6 +135,9 @@ func runServeParallel(args *config.EngineArgs, dir string, mc *config.ModelConfi
 		return nil
 	}
 
+	for _, x := range args.WithoutEffect(plan.Device.Backend) {
+		logrus.Warnf("%s is accepted without effect: %s", x.Flag, x.Reason)
+	}
 	if args.Headless {
 		logrus.Infof("Headless node: DP ranks %d..%d of %d (TP %d, expert parallel %v); head %s:%d",
 			args.DataParallelStartRank, args.DataParallelStartRank+local-1, args.DataParallelSize, args.TensorParallelSize,

@@ -913,3 +913,42 @@ func withTestDevice(flags []string) []string {
 	}
 	return flags
 }
+
+// TestServePresencePenalty: presence_penalty reaches the sampler (before
+// issue 12 the server never read it): greedy decoding that repeats a token
+// takes another path once a repeat is penalized, and a penalty out of
+// [-2, 2] or of the wrong type is refused.
+func TestServePresencePenalty(t *testing.T) {
+	s := sharedServer(t)
+	ids := func(pp string) []int32 {
+		code, b := httpPost(t, s.url+"/v1/completions",
+			`{"prompt":"hello","max_tokens":24,"temperature":0,"ignore_eos":true,"return_token_ids":true,"presence_penalty":`+pp+`}`)
+		var out struct {
+			Choices []struct {
+				TokenIDs []int32 `json:"token_ids"`
+			} `json:"choices"`
+		}
+		if code != 200 || json.Unmarshal(b, &out) != nil || len(out.Choices) != 1 {
+			t.Fatalf("presence_penalty %s: %d %s", pp, code, b)
+		}
+		return out.Choices[0].TokenIDs
+	}
+	plain, penalized := ids("0"), ids("2")
+	seen, repeats := map[int32]bool{}, false
+	for _, id := range plain {
+		repeats = repeats || seen[id]
+		seen[id] = true
+	}
+	if !repeats {
+		t.Fatalf("the unpenalized output %v repeats no token: the check would prove nothing", plain)
+	}
+	if fmt.Sprint(plain) == fmt.Sprint(penalized) {
+		t.Errorf("presence_penalty 2 changed nothing: %v", plain)
+	}
+	for _, bad := range []string{`-5`, `"NaN"`, `[1]`} {
+		code, b := httpPost(t, s.url+"/v1/completions", `{"prompt":"hello","presence_penalty":`+bad+`}`)
+		if code != 400 || !strings.Contains(string(b), "presence_penalty") {
+			t.Errorf("presence_penalty %s: %d %s", bad, code, b)
+		}
+	}
+}

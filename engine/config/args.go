@@ -49,6 +49,24 @@ type EngineArgs struct {
 	ReturnTokensAsTokenIDs    bool     // --return-tokens-as-token-ids
 	UvicornLogLevel           string   // --uvicorn-log-level
 
+	// CORS (vLLM's defaults: every origin, method and header, no
+	// credentials; nil lists mean ["*"]).
+	AllowedOrigins   []string // --allowed-origins (a JSON list)
+	AllowedMethods   []string // --allowed-methods (a JSON list)
+	AllowedHeaders   []string // --allowed-headers (a JSON list)
+	AllowCredentials bool     // --allow-credentials
+
+	// HTTP limits and timeouts (docs/deployment.md, "Limits and timeouts").
+	TimeoutKeepAlive          float64 // --timeout-keep-alive seconds (default 5, uvicorn's; VLLM_HTTP_TIMEOUT_KEEP_ALIVE when not given)
+	TimeoutRead               float64 // --timeout-read seconds (default 60): a request's headers, then its body
+	TimeoutWrite              float64 // --timeout-write seconds (default 60): one response write
+	LimitConcurrency          int     // --limit-concurrency (default 4096): open HTTP connections
+	MaxRequestBodyBytes       int     // --max-request-body-bytes (default 64 MiB)
+	MaxPromptChars            int     // --max-prompt-chars (0 = auto: what max-model-len tokens can hold)
+	MaxNumQueuedReqs          int     // --max-num-queued-reqs (-1 = unset: no limit, vLLM's default)
+	H11MaxIncompleteEventSize int     // --h11-max-incomplete-event-size (default 4194304): request header bytes
+	H11MaxHeaderCount         int     // --h11-max-header-count (default 256)
+
 	// Parallelism and multi-node DP.
 	TensorParallelSize    int    // --tensor-parallel-size, -tp (default 1)
 	DataParallelSize      int    // --data-parallel-size, -dp (default 1)
@@ -114,6 +132,31 @@ type EngineArgs struct {
 	deviceFallback string
 }
 
+// Defaults of the HTTP limits (vLLM's or uvicorn's where they have one).
+const (
+	// DefaultTimeoutKeepAlive is vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE
+	// (uvicorn's timeout_keep_alive), in seconds.
+	DefaultTimeoutKeepAlive = 5
+	// DefaultTimeoutRead bounds, in seconds, the arrival of a request's
+	// headers and then of its body (npuserve's; uvicorn has none).
+	DefaultTimeoutRead = 60
+	// DefaultTimeoutWrite bounds, in seconds, one response write, e.g. one
+	// streamed event, to a client that does not read (npuserve's).
+	DefaultTimeoutWrite = 60
+	// DefaultLimitConcurrency caps the open HTTP connections (uvicorn's
+	// --limit-concurrency has no default; npuserve's keeps the server
+	// within its file limit).
+	DefaultLimitConcurrency = 4096
+	// DefaultMaxRequestBodyBytes bounds a request body: a 1M-token prompt
+	// as token ids is about 7 MB of JSON.
+	DefaultMaxRequestBodyBytes = 64 << 20
+	// DefaultH11MaxIncompleteEventSize is vLLM's
+	// --h11-max-incomplete-event-size (bytes of request headers).
+	DefaultH11MaxIncompleteEventSize = 4 << 20
+	// DefaultH11MaxHeaderCount is vLLM's --h11-max-header-count.
+	DefaultH11MaxHeaderCount = 256
+)
+
 // Defaults returns EngineArgs with vLLM's defaults (and npuserve's for its
 // own flags).
 func Defaults() *EngineArgs {
@@ -121,6 +164,14 @@ func Defaults() *EngineArgs {
 		Port:                      8000,
 		ChatTemplateContentFormat: "auto",
 		UvicornLogLevel:           "info",
+		TimeoutKeepAlive:          DefaultTimeoutKeepAlive,
+		TimeoutRead:               DefaultTimeoutRead,
+		TimeoutWrite:              DefaultTimeoutWrite,
+		LimitConcurrency:          DefaultLimitConcurrency,
+		MaxRequestBodyBytes:       DefaultMaxRequestBodyBytes,
+		MaxNumQueuedReqs:          -1,
+		H11MaxIncompleteEventSize: DefaultH11MaxIncompleteEventSize,
+		H11MaxHeaderCount:         DefaultH11MaxHeaderCount,
 		TensorParallelSize:        1,
 		DataParallelSize:          1,
 		DataParallelSizeLocal:     -1,
@@ -251,6 +302,70 @@ var flagTable = []flagSpec{
 		setBool: func(a *EngineArgs, v bool) { a.ReturnTokensAsTokenIDs = v }},
 	{name: "uvicorn-log-level", kind: kindString, usage: "HTTP server log level", defText: "info",
 		set: func(a *EngineArgs, v string) error { return choice(&a.UvicornLogLevel, v, uvicornLevels) }},
+	{name: "allowed-origins", kind: kindString, usage: `CORS origins allowed, a JSON list, e.g. '["https://app.example"]'`, defText: `["*"]`,
+		set: func(a *EngineArgs, v string) error { return jsonStrings(&a.AllowedOrigins, v) }},
+	{name: "allowed-methods", kind: kindString, usage: `CORS methods allowed, a JSON list`, defText: `["*"]`,
+		set: func(a *EngineArgs, v string) error { return jsonStrings(&a.AllowedMethods, v) }},
+	{name: "allowed-headers", kind: kindString, usage: `CORS request headers allowed, a JSON list`, defText: `["*"]`,
+		set: func(a *EngineArgs, v string) error { return jsonStrings(&a.AllowedHeaders, v) }},
+	{name: "allow-credentials", kind: kindBool, negate: true, usage: "CORS: allow credentials",
+		setBool: func(a *EngineArgs, v bool) { a.AllowCredentials = v }},
+	{name: "timeout-keep-alive", kind: kindString, usage: "seconds an idle keep-alive connection stays open (when not given: VLLM_HTTP_TIMEOUT_KEEP_ALIVE, else 5)", defText: "5",
+		set: func(a *EngineArgs, v string) error { return secondsIn(&a.TimeoutKeepAlive, v) }},
+	{name: "timeout-read", kind: kindString, usage: "seconds a client has to send a request's headers, and then its body; a slower one is cut", defText: "60",
+		set: func(a *EngineArgs, v string) error { return secondsIn(&a.TimeoutRead, v) }},
+	{name: "timeout-write", kind: kindString, usage: "seconds one response write (a streamed event) may wait for a client that does not read; then the connection is cut and its requests aborted", defText: "60",
+		set: func(a *EngineArgs, v string) error { return secondsIn(&a.TimeoutWrite, v) }},
+	{name: "limit-concurrency", kind: kindString, usage: "most open HTTP connections; beyond it the oldest idle one is closed, else the new one gets a 503 (/health is still answered)", defText: "4096",
+		set: func(a *EngineArgs, v string) error { return intIn(&a.LimitConcurrency, v, 1, 1<<20) }},
+	{name: "max-request-body-bytes", kind: kindString, usage: "largest request body (413 beyond), e.g. 67108864 or 64M", defText: "64M",
+		set: func(a *EngineArgs, v string) error {
+			n, err := humanInt(v)
+			if err != nil {
+				return err
+			}
+			if n < 1024 {
+				return fmt.Errorf("must be at least 1024 bytes, got %s", v)
+			}
+			a.MaxRequestBodyBytes = n
+			return nil
+		}},
+	{name: "max-prompt-chars", kind: kindString, usage: "longest text prompt, in characters, that is tokenized; a longer one is refused before tokenization (0: auto, what --max-model-len tokens can hold)", defText: "auto",
+		set: func(a *EngineArgs, v string) error {
+			if strings.EqualFold(strings.TrimSpace(v), "auto") {
+				a.MaxPromptChars = 0
+				return nil
+			}
+			n, err := humanInt(v)
+			if err != nil {
+				return err
+			}
+			if n < 0 {
+				return fmt.Errorf("must not be negative (0 or auto: automatic), got %s", v)
+			}
+			a.MaxPromptChars = n
+			return nil
+		}},
+	{name: "max-num-queued-reqs", kind: kindString, usage: "most generation requests in flight (waiting or running; n counts n times); more get a 503 (default: no limit)",
+		set: func(a *EngineArgs, v string) error {
+			if strings.TrimSpace(v) == "None" {
+				a.MaxNumQueuedReqs = -1
+				return nil
+			}
+			n, err := humanInt(v)
+			if err != nil {
+				return err
+			}
+			if n < 0 {
+				return fmt.Errorf("must not be negative, got %s", v)
+			}
+			a.MaxNumQueuedReqs = n
+			return nil
+		}},
+	{name: "h11-max-incomplete-event-size", kind: kindString, usage: "most bytes of request headers (431 beyond)", defText: "4194304",
+		set: func(a *EngineArgs, v string) error { return intIn(&a.H11MaxIncompleteEventSize, v, 1024, 1<<30) }},
+	{name: "h11-max-header-count", kind: kindString, usage: "most request header fields (431 beyond)", defText: "256",
+		set: func(a *EngineArgs, v string) error { return intIn(&a.H11MaxHeaderCount, v, 1, 1<<16) }},
 
 	// Parallelism.
 	{name: "tensor-parallel-size", aliases: []string{"tp"}, kind: kindString, usage: "tensor-parallel ranks per DP rank", defText: "1",
@@ -816,10 +931,23 @@ func (a *EngineArgs) WithoutEffect(backend string) []Ignored {
 	if !HostBackend(backend) && a.Given("threads") {
 		add("threads", "only the cpu backend uses --threads")
 	}
+	if a.Headless {
+		for _, f := range httpServerFlags {
+			if a.Given(f) {
+				add(f, "a --headless node runs no API server")
+			}
+		}
+	} else if a.SkipTokenizerInit && a.Given("max-prompt-chars") {
+		add("max-prompt-chars", "no text is tokenized with --skip-tokenizer-init")
+	}
 	out = append(out, a.ignoredSettings...)
 	return out
 }
 
+// httpServerFlags are the flags that only shape the API server.
+var httpServerFlags = []string{"allowed-origins", "allowed-methods", "allowed-headers", "allow-credentials",
+	"timeout-keep-alive", "timeout-read", "timeout-write", "limit-concurrency", "max-request-body-bytes",
+	"max-prompt-chars", "max-num-queued-reqs", "h11-max-incomplete-event-size", "h11-max-header-count"}
 
 // HostBackend reports whether backend computes on the host CPU (the cpu
 // reference backend and its checking asynchronous twin, cpu-async): such
@@ -845,6 +973,30 @@ func intIn(dst *int, v string, lo, hi int) error {
 		return fmt.Errorf("must be in [%d, %d], got %d", lo, hi, n)
 	}
 	*dst = n
+	return nil
+}
+
+// secondsIn parses a positive number of seconds (at most a day).
+func secondsIn(dst *float64, v string) error {
+	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil {
+		return fmt.Errorf("want a number of seconds, got %q", v)
+	}
+	if !(f > 0 && f <= 86400) {
+		return fmt.Errorf("must be in (0, 86400] seconds, got %s", strings.TrimSpace(v))
+	}
+	*dst = f
+	return nil
+}
+
+// jsonStrings parses a JSON list of strings (vLLM reads --allowed-origins
+// and its siblings with json.loads).
+func jsonStrings(dst *[]string, v string) error {
+	var list []string
+	if err := json.Unmarshal([]byte(v), &list); err != nil || list == nil {
+		return fmt.Errorf("want a JSON list of strings such as '[\"*\"]', got %s", abbrevString(v))
+	}
+	*dst = list
 	return nil
 }
 

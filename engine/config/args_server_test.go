@@ -1,6 +1,11 @@
 package config
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
 
 // TestServerFlags covers the OpenAI-server flags vLLM users pass through to
 // the HTTP layer.
@@ -17,4 +22,80 @@ func TestServerFlags(t *testing.T) {
 	if _, err := ParseArgs([]string{"model", "--max-logprobs", "x"}); err == nil {
 		t.Fatal("--max-logprobs x accepted")
 	}
+}
+
+// TestHTTPLimitFlags covers the flags of issue 12: vLLM's CORS and h11
+// flags, uvicorn's --timeout-keep-alive and --limit-concurrency, vLLM's
+// --max-num-queued-reqs and npuserve's own read/write timeouts and size
+// caps: defaults, values, bad values, the settings file, and that a
+// headless node lists them as without effect.
+func TestHTTPLimitFlags(t *testing.T) {
+	d, err := ParseArgs([]string{"model"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.AllowedOrigins != nil || d.AllowCredentials || d.TimeoutKeepAlive != 5 || d.TimeoutRead != 60 || d.TimeoutWrite != 60 ||
+		d.LimitConcurrency != 4096 || d.MaxRequestBodyBytes != 64<<20 || d.MaxPromptChars != 0 || d.MaxNumQueuedReqs != -1 ||
+		d.H11MaxIncompleteEventSize != 4194304 || d.H11MaxHeaderCount != 256 {
+		t.Errorf("defaults %+v", d)
+	}
+	a, err := ParseArgs([]string{"model", "--allowed-origins", `["https://a.example", "https://b.example"]`, "--allowed-methods", `["GET","POST"]`,
+		"--allowed-headers", `["Authorization"]`, "--allow-credentials", "--timeout-keep-alive", "2.5", "--timeout-read", "10",
+		"--timeout-write", "7", "--limit-concurrency", "300", "--max-request-body-bytes", "1M", "--max-prompt-chars", "20k",
+		"--max-num-queued-reqs", "8", "--h11-max-incomplete-event-size", "65536", "--h11-max-header-count", "32"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.AllowedOrigins) != 2 || a.AllowedOrigins[1] != "https://b.example" || len(a.AllowedMethods) != 2 || a.AllowedHeaders[0] != "Authorization" ||
+		!a.AllowCredentials || a.TimeoutKeepAlive != 2.5 || a.TimeoutRead != 10 || a.TimeoutWrite != 7 || a.LimitConcurrency != 300 ||
+		a.MaxRequestBodyBytes != 1<<20 || a.MaxPromptChars != 20000 || a.MaxNumQueuedReqs != 8 || a.H11MaxIncompleteEventSize != 65536 ||
+		a.H11MaxHeaderCount != 32 {
+		t.Errorf("flags not applied: %+v", a)
+	}
+	if a, err := ParseArgs([]string{"model", "--max-num-queued-reqs", "None", "--max-prompt-chars", "auto"}); err != nil || a.MaxNumQueuedReqs != -1 || a.MaxPromptChars != 0 {
+		t.Errorf("None/auto: %v %+v", err, a)
+	}
+	for _, bad := range [][]string{
+		{"--allowed-origins", "*"}, {"--allowed-methods", `"GET"`}, {"--timeout-keep-alive", "0"}, {"--timeout-read", "-1"},
+		{"--timeout-write", "soon"}, {"--limit-concurrency", "0"}, {"--max-request-body-bytes", "10"}, {"--max-prompt-chars", "-5"},
+		{"--max-num-queued-reqs", "-2"}, {"--h11-max-header-count", "0"},
+	} {
+		if _, err := ParseArgs(append([]string{"model"}, bad...)); err == nil || !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("%q: error %v, want one naming the flag", bad, err)
+		}
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "s.json")
+	if err := os.WriteFile(cfg, []byte(`{"allowed_origins": ["https://c.example"], "limit_concurrency": 99, "timeout_keep_alive": 3}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := ParseArgs([]string{"model", "--config", cfg})
+	if err != nil || len(s.AllowedOrigins) != 1 || s.AllowedOrigins[0] != "https://c.example" || s.LimitConcurrency != 99 || s.TimeoutKeepAlive != 3 {
+		t.Errorf("settings file: %v %+v", err, s)
+	}
+	h, err := ParseArgs([]string{"model", "--headless", "--data-parallel-size", "2", "--data-parallel-start-rank", "1",
+		"--data-parallel-address", "10.0.0.1", "--limit-concurrency", "10", "--allowed-origins", `["x"]`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := withoutEffectFlags(h, "cpu")
+	if strings.Join(got, " ") != "--allowed-origins --limit-concurrency" {
+		t.Errorf("headless AcceptedWithoutEffect = %q", got)
+	}
+	if got := withoutEffectFlags(a, "cpu"); len(got) != 0 {
+		t.Errorf("the HTTP limits have an effect on a head: %q", got)
+	}
+	k, _ := ParseArgs([]string{"model", "--skip-tokenizer-init", "--max-prompt-chars", "100"})
+	if got := withoutEffectFlags(k, "cpu"); strings.Join(got, " ") != "--max-prompt-chars" {
+		t.Errorf("--skip-tokenizer-init AcceptedWithoutEffect = %q", got)
+	}
+}
+
+// withoutEffectFlags lists the flags WithoutEffect reports, in order.
+func withoutEffectFlags(a *EngineArgs, backend string) []string {
+	var out []string
+	for _, x := range a.WithoutEffect(backend) {
+		out = append(out, x.Flag)
+	}
+	return out
 }

@@ -498,6 +498,8 @@ func (e settingEntry) apply(a *EngineArgs) error {
 			return s.set(a, x)
 		case json.Number:
 			return s.set(a, x.String())
+		case []any: // a list-valued flag read as JSON (--allowed-origins)
+			return s.set(a, jsonText(x))
 		}
 		return fmt.Errorf("want a string or a number, got %s", jsonText(e.value))
 	}

@@ -259,6 +259,20 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
+// decodeBody decodes the one JSON value of r's body (at most limit bytes
+// read) into v, refusing anything but whitespace after it: a Decoder
+// alone would take `{...}0` for `{...}`.
+func decodeBody(r *http.Request, limit int64, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, limit))
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("trailing data after the JSON value")
+	}
+	return nil
+}
+
 func (h *Head) refuse(w http.ResponseWriter, status int, msg string) {
 	h.logf("Refused: %s", msg)
 	writeJSON(w, status, ErrorResponse{Error: msg})
@@ -266,7 +280,7 @@ func (h *Head) refuse(w http.ResponseWriter, status int, msg string) {
 
 func (h *Head) handleJoin(w http.ResponseWriter, r *http.Request, ri hccl.RootInfo) {
 	var req JoinRequest
-	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+	if err := decodeBody(r, 1<<20, &req); err != nil {
 		h.refuse(w, http.StatusBadRequest, "bad join request: "+err.Error())
 		return
 	}
@@ -301,7 +315,7 @@ func (h *Head) handleJoin(w http.ResponseWriter, r *http.Request, ri hccl.RootIn
 
 func (h *Head) handleReady(w http.ResponseWriter, r *http.Request) {
 	var req ReadyRequest
-	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+	if err := decodeBody(r, 1<<20, &req); err != nil {
 		h.refuse(w, http.StatusBadRequest, "bad ready request: "+err.Error())
 		return
 	}
@@ -338,7 +352,7 @@ func (h *Head) handleReady(w http.ResponseWriter, r *http.Request) {
 
 func (h *Head) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	var req HeartbeatRequest
-	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+	if err := decodeBody(r, 1<<20, &req); err != nil {
 		h.refuse(w, http.StatusBadRequest, "bad heartbeat: "+err.Error())
 		return
 	}

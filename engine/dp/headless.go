@@ -173,7 +173,7 @@ func RunHeadless(ctx context.Context, cfg HeadlessConfig) error {
 // names, so that the head fails the group before it answers.
 func serveGenerate(w http.ResponseWriter, r *http.Request, eng *core.Engine, blame func(error) int) {
 	var req core.Request
-	if err := json.NewDecoder(io.LimitReader(r.Body, 256<<20)).Decode(&req); err != nil {
+	if err := decodeBody(r, 256<<20, &req); err != nil {
 		http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
 		return
 	}

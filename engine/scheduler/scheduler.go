@@ -478,4 +478,3 @@ func (s *Scheduler) Finish(r *Request) bool {
 	r.status = Finished
 	return true
 }
-

@@ -244,7 +244,7 @@ func (cc *chatCall) response(r *run) (chatResponse, *APIError) {
 // chat_completion_stream_generator).
 func (cc *chatCall) stream(c *gin.Context, r *run) {
 	defer r.abort()
-	w := newSSE(c)
+	w := cc.s.newSSE(c)
 	includeUsage, continuous := cc.s.includeUsage(cc.req.streamOptions)
 	promptLen := len(cc.prompt.ids)
 	n := len(r.choices)

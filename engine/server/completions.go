@@ -125,7 +125,7 @@ func (s *Server) completions(c *gin.Context) {
 		s.writeError(c, aerr)
 		return
 	}
-	prompts, aerr := tokenizePrompts(s.tok, req.prompts, req.addSpecialTokens)
+	prompts, aerr := tokenizePrompts(s.tok, req.prompts, req.addSpecialTokens, s.promptLimit)
 	if aerr != nil {
 		s.writeError(c, aerr)
 		return
@@ -279,7 +279,7 @@ func (s *Server) includeUsage(so *streamOptions) (final, continuous bool) {
 // stream answers with server-sent events (vLLM completion_stream_generator).
 func (cc *completionCall) stream(c *gin.Context, r *run) {
 	defer r.abort()
-	w := newSSE(c)
+	w := cc.s.newSSE(c)
 	includeUsage, continuous := cc.s.includeUsage(cc.req.streamOptions)
 	n := len(r.choices)
 	prevTextLen := make([]int, n)
@@ -382,16 +382,20 @@ type sse struct {
 	c   *gin.Context
 	bw  *bufio.Writer
 	err error
+	// deadline renews the connection's write deadline before each event:
+	// a client that stops reading is cut after WriteTimeout.
+	deadline func()
 }
 
-func newSSE(c *gin.Context) *sse {
+func (s *Server) newSSE(c *gin.Context) *sse {
 	h := c.Writer.Header()
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	h.Set("Cache-Control", "no-cache")
+	s.writeDeadline(c)
 	c.Status(http.StatusOK)
 	c.Writer.WriteHeaderNow()
 	c.Writer.Flush()
-	return &sse{c: c, bw: bufio.NewWriterSize(c.Writer, 4096)}
+	return &sse{c: c, bw: bufio.NewWriterSize(c.Writer, 4096), deadline: func() { s.writeDeadline(c) }}
 }
 
 // send writes one event and flushes it; false when the client is gone.
@@ -404,6 +408,7 @@ func (w *sse) send(v any) bool {
 		w.err = err
 		return false
 	}
+	w.deadline()
 	w.bw.WriteString("data: ")
 	w.bw.Write(b)
 	w.bw.WriteString("\n\n")
@@ -420,6 +425,7 @@ func (w *sse) error(e *APIError) {
 	if w.err != nil {
 		return
 	}
+	w.deadline()
 	fmt.Fprintf(w.bw, "data: %s\n\n", b)
 	w.err = w.bw.Flush()
 	w.c.Writer.Flush()
@@ -430,6 +436,7 @@ func (w *sse) done() {
 	if w.err != nil {
 		return
 	}
+	w.deadline()
 	w.bw.WriteString("data: [DONE]\n\n")
 	w.err = w.bw.Flush()
 	w.c.Writer.Flush()

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"math"
 	"math/big"
+	"net/http"
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/npuserve/npuserve/engine/parser"
 )
@@ -24,16 +26,29 @@ type body struct {
 }
 
 // parseBody decodes data as a JSON object, answering FastAPI's errors for
-// an empty body, invalid JSON or a non-object.
+// an empty body, invalid JSON or a non-object. A body that is not UTF-8, or
+// whose strings hold a lone surrogate (\ud800 without its pair), is refused
+// as Starlette refuses a body it cannot decode ("There was an error parsing
+// the body"), instead of being read with U+FFFD in place of the bad bytes
+// as Go's decoder would.
+//
+// Memory is a small multiple of len(data): validation allocates nothing and
+// each field is kept once, as raw JSON.
 func parseBody(data []byte) (*body, *APIError) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, validationError([]pydanticError{{Type: "missing", Loc: "body", Msg: "Field required", Input: "None"}})
 	}
-	var probe any
-	if err := json.Unmarshal(data, &probe); err != nil {
+	if !utf8.Valid(data) {
+		return nil, bodyParseError()
+	}
+	var v validOnly
+	if err := json.Unmarshal(data, &v); err != nil {
 		return nil, jsonDecodeError(data, err)
 	}
-	if _, ok := probe.(map[string]any); !ok {
+	if hasLoneSurrogate(data) {
+		return nil, bodyParseError()
+	}
+	if t := bytes.TrimSpace(data); t[0] != '{' {
 		return nil, validationError([]pydanticError{{Type: "model_attributes_type", Loc: "body",
 			Msg: "Input should be a valid dictionary or object to extract fields from", Input: pyInput(data)}})
 	}
@@ -56,6 +71,75 @@ func parseBody(data []byte) (*body, *APIError) {
 		b.fields[k] = v // Python's json keeps the last duplicate
 	}
 	return b, nil
+}
+
+// validOnly is a json.Unmarshal target that only validates: Unmarshal
+// checks the whole input's syntax before calling UnmarshalJSON, which
+// keeps nothing.
+type validOnly struct{}
+
+// UnmarshalJSON accepts any (already validated) value.
+func (*validOnly) UnmarshalJSON([]byte) error { return nil }
+
+// bodyParseError is Starlette's answer to a body it cannot decode (FastAPI
+// raises HTTPException(400, "There was an error parsing the body")).
+func bodyParseError() *APIError {
+	return httpError(http.StatusBadRequest, "There was an error parsing the body")
+}
+
+// hasLoneSurrogate reports whether a valid JSON text has a \u escape of a
+// UTF-16 surrogate that is not part of a high-low pair. In valid JSON a
+// backslash only occurs inside strings, each starting an escape.
+func hasLoneSurrogate(data []byte) bool {
+	for i := 0; i < len(data); i++ {
+		if data[i] != '\\' {
+			continue
+		}
+		i++
+		if i >= len(data) || data[i] != 'u' {
+			continue // \" \\ \n ...: the escaped byte is skipped
+		}
+		r, ok := hex4(data, i+1)
+		if !ok {
+			return false // not valid JSON; the decoder reports it
+		}
+		i += 4
+		switch {
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return true // a low surrogate first
+		case r >= 0xD800 && r <= 0xDBFF:
+			if i+6 >= len(data) || data[i+1] != '\\' || data[i+2] != 'u' {
+				return true
+			}
+			lo, ok := hex4(data, i+3)
+			if !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return true
+			}
+			i += 6
+		}
+	}
+	return false
+}
+
+// hex4 reads four hex digits at data[i:].
+func hex4(data []byte, i int) (rune, bool) {
+	if i+4 > len(data) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range data[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
 
 // get returns a field's raw value and whether it is present and not null.
@@ -81,14 +165,19 @@ func (b *body) null(name string) bool {
 }
 
 // truthy is Python truthiness of a field (absent: false), as the
-// request models' "before" validators test data.get(name).
+// request models' "before" validators test data.get(name). Containers are
+// judged by emptiness without decoding them.
 func (b *body) truthy(name string) bool {
 	raw, ok := b.fields[name]
 	if !ok {
 		return false
 	}
+	t := bytes.TrimSpace(raw)
+	if len(t) > 0 && (t[0] == '[' || t[0] == '{') {
+		return len(bytes.TrimSpace(t[1:len(t)-1])) > 0
+	}
 	var v any
-	if json.Unmarshal(raw, &v) != nil {
+	if json.Unmarshal(t, &v) != nil {
 		return false
 	}
 	return parser.Truthy(v)
@@ -230,6 +319,39 @@ func (b *body) optString(name string) *string {
 		return nil
 	}
 	return &s
+}
+
+// literal reads a `Literal[choices...] | None` field of strings.
+func (b *body) literal(name string, choices ...string) *string {
+	raw, ok := b.get(name)
+	if !ok {
+		return nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		for _, c := range choices {
+			if s == c {
+				return &s
+			}
+		}
+	}
+	expected := literalChoices(choices)
+	b.errs = append(b.errs, pydanticError{Type: "literal_error", Loc: "body." + name, Msg: "Input should be " + expected,
+		Input: pyInput(raw), Ctx: "{'expected': " + pyStr(expected) + "}"})
+	return nil
+}
+
+// literalChoices is pydantic's rendering of a Literal's values: "'a'",
+// "'a' or 'b'", "'a', 'b' or 'c'".
+func literalChoices(choices []string) string {
+	q := make([]string, len(choices))
+	for i, c := range choices {
+		q[i] = pyStr(c)
+	}
+	if len(q) == 1 {
+		return q[0]
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
 }
 
 // intList reads a `list[int] | None` field.

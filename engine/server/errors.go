@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -241,10 +242,19 @@ func pyStr(s string) string {
 
 // pyInput renders a JSON value as vLLM's validation handler shows an
 // error's input: strings (cut at 200 characters) and scalars as Python
-// reprs, containers as "<list of N items>" / "<dict of N items>".
+// reprs, containers as "<list of N items>" / "<dict of N items>" (counted
+// without decoding them: the value may be most of a large body).
 func pyInput(raw json.RawMessage) string {
+	t := bytes.TrimSpace(raw)
+	if len(t) > 0 && (t[0] == '[' || t[0] == '{') && json.Valid(t) {
+		kind := "list"
+		if t[0] == '{' {
+			kind = "dict"
+		}
+		return pyStr(fmt.Sprintf("<%s of %d items>", kind, countElems(t)))
+	}
 	var v any
-	d := json.NewDecoder(strings.NewReader(string(raw)))
+	d := json.NewDecoder(bytes.NewReader(t))
 	d.UseNumber()
 	if err := d.Decode(&v); err != nil {
 		return pyStr(string(raw))
@@ -272,12 +282,45 @@ func pyInput(raw json.RawMessage) string {
 			return pyStr(string(r[:200]) + "...[truncated]")
 		}
 		return pyStr(x)
-	case []any:
-		return pyStr(fmt.Sprintf("<list of %d items>", len(x)))
-	case map[string]any:
-		return pyStr(fmt.Sprintf("<dict of %d items>", len(x)))
 	}
 	return pyStr(string(raw))
+}
+
+// countElems counts the elements of a valid JSON array, or the members of
+// a valid JSON object, without decoding them.
+func countElems(t []byte) int {
+	depth, n := 0, 0
+	inStr, esc, empty := false, false, true
+	for _, c := range t {
+		switch {
+		case esc:
+			esc = false
+		case inStr:
+			if c == '\\' {
+				esc = true
+			} else if c == '"' {
+				inStr = false
+			}
+		case c == '"':
+			inStr = true
+			empty = false
+		case c == '[' || c == '{':
+			if depth > 0 {
+				empty = false
+			}
+			depth++
+		case c == ']' || c == '}':
+			depth--
+		case c == ',' && depth == 1:
+			n++
+		case c != ' ' && c != '\t' && c != '\n' && c != '\r':
+			empty = false
+		}
+	}
+	if empty {
+		return 0
+	}
+	return n + 1
 }
 
 // pyFloat is Python's repr of a float.

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"testing"
 )
 
@@ -21,6 +23,9 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"messages":[{"role":"user","content":"x"}],"tools":[{"function":{"name":"g"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}`,
 		`{"prompt": `, `[]`, `null`, `""`, `{"prompt":"a","temperature":"1e400"}`, `{"n":1e30,"prompt":"x"}`,
 		`{"messages":[{"role":"wizard"}]}`, `{"messages":{}}`, `{"prompt":{"a":1}}`,
+		`{"prompt":"a\ud800b"}`, `{"prompt":"\ud83d\ude00","stop":[""]}`, "{\"prompt\":\"\xff\"}", `{"prompt":"x","max_tokens":9223372036854775807,"presence_penalty":"NaN"}`,
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":"nope"}}],"reasoning_effort":"ultra"}`,
+		`{"messages":[{"role":"user","content":"x"}],"tools":"x"}`, `{"prompt":[[1,[2]],{"a":"],"}]}`,
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s))
@@ -33,6 +38,21 @@ func FuzzDecodeRequest(f *testing.F) {
 		if aerr != nil {
 			checkAPIError(t, aerr)
 			return
+		}
+		// pyInput counts containers without decoding them: the count must
+		// be what decoding finds.
+		for k, raw := range b.fields {
+			var list []json.RawMessage
+			var obj map[string]json.RawMessage
+			if json.Unmarshal(raw, &list) == nil {
+				if n := countElems(bytes.TrimSpace(raw)); n != len(list) {
+					t.Fatalf("countElems(%s: %s) = %d, want %d", k, raw, n, len(list))
+				}
+			} else if json.Unmarshal(raw, &obj) == nil && !hasDuplicateKeys(raw) {
+				if n := countElems(bytes.TrimSpace(raw)); n != len(obj) {
+					t.Fatalf("countElems(%s: %s) = %d, want %d", k, raw, n, len(obj))
+				}
+			}
 		}
 		if b.present("messages") {
 			req, aerr := decodeChat(b)
@@ -52,7 +72,7 @@ func FuzzDecodeRequest(f *testing.F) {
 			checkAPIError(t, aerr)
 			return
 		}
-		if _, aerr := tokenizePrompts(tok, req.prompts, req.addSpecialTokens); aerr != nil {
+		if _, aerr := tokenizePrompts(tok, req.prompts, req.addSpecialTokens, promptLimit{chars: 1 << 16, modelLen: 4096}); aerr != nil {
 			checkAPIError(t, aerr)
 		}
 	})
@@ -66,4 +86,28 @@ func checkAPIError(t *testing.T, e *APIError) {
 	if _, err := e.MarshalJSON(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// hasDuplicateKeys reports whether a JSON object repeats a key (decoding
+// keeps one of them, counting sees both).
+func hasDuplicateKeys(raw []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.Token()
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		k, _ := t.(string)
+		if seen[k] {
+			return true
+		}
+		seen[k] = true
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return false
+		}
+	}
+	return false
 }

@@ -228,12 +228,18 @@ type run struct {
 	events  chan event
 	done    chan struct{}
 	once    sync.Once
+	queued  int // sequences counted against MaxQueuedRequests
 }
 
 // launch adds every sequence to the engine. If one is refused, those
-// already added are aborted and the error is returned.
+// already added are aborted and the error is returned. With
+// --max-num-queued-reqs, a request whose sequences do not fit the
+// in-flight budget is answered 503 before anything is added.
 func (s *Server) launch(base string, prompts []prompt, specs []seqSpec, oo outputOpts, arrival time.Time) (*run, *APIError) {
-	r := &run{s: s, events: make(chan event, 4*len(specs)+4), done: make(chan struct{})}
+	if aerr := s.admitQueued(len(specs)); aerr != nil {
+		return nil, aerr
+	}
+	r := &run{s: s, events: make(chan event, 4*len(specs)+4), done: make(chan struct{}), queued: len(specs)}
 	for _, sp := range specs {
 		c := &choice{index: sp.index, prompt: sp.prompt, params: sp.params, opts: oo,
 			id: fmt.Sprintf("%s-%d-%x", base, sp.index, s.seq.Add(1)), promptLen: len(prompts[sp.prompt].ids)}
@@ -294,9 +300,11 @@ func (r *run) next(ctx context.Context) (event, bool) {
 }
 
 // abort ends the run: sequences still in the engine are aborted (their
-// cache is freed at the next step) and further outputs are dropped.
+// cache is freed at the next step), further outputs are dropped and the
+// in-flight budget is given back. Every run ends with it.
 func (r *run) abort() {
 	r.once.Do(func() {
+		r.s.releaseQueued(r.queued)
 		close(r.done)
 		for _, c := range r.choices {
 			if !c.final.Load() {

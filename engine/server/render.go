@@ -30,6 +30,10 @@ type Renderer struct {
 	ContentFormat string
 	// TrustRequestChatTemplate allows a request's own chat_template.
 	TrustRequestChatTemplate bool
+	// MaxPromptChars refuses a rendered prompt of more characters before
+	// it is tokenized (0: no limit); MaxModelLen is quoted in the error.
+	MaxPromptChars int
+	MaxModelLen    int
 }
 
 // ChatInput is the part of a chat request that shapes the prompt.
@@ -115,6 +119,9 @@ func (r *Renderer) RenderChat(ctx context.Context, in ChatInput) (*RenderedChat,
 	if r.Tok == nil {
 		return nil, skipTokenizerError()
 	}
+	if aerr := r.limit().check(prompt); aerr != nil {
+		return nil, aerr
+	}
 	ids := r.Tok.Encode(prompt, in.AddSpecialTokens)
 	out := &RenderedChat{Prompt: prompt, TokenIDs: make([]int32, len(ids)), Kwargs: plain}
 	for i, id := range ids {
@@ -122,6 +129,10 @@ func (r *Renderer) RenderChat(ctx context.Context, in ChatInput) (*RenderedChat,
 	}
 	out.LastRole, out.LastContent = last.role, last.content
 	return out, nil
+}
+
+func (r *Renderer) limit() promptLimit {
+	return promptLimit{chars: r.MaxPromptChars, modelLen: r.MaxModelLen}
 }
 
 // skipTokenizerError is vLLM's error for text work without a tokenizer.
@@ -461,7 +472,7 @@ func (r *Renderer) RenderRequestJSON(data []byte) (prompt string, ids []int32, e
 	if aerr != nil {
 		return "", nil, aerr
 	}
-	prompts, aerr := tokenizePrompts(r.Tok, req.prompts, req.addSpecialTokens)
+	prompts, aerr := tokenizePrompts(r.Tok, req.prompts, req.addSpecialTokens, r.limit())
 	if aerr != nil {
 		return "", nil, aerr
 	}

@@ -1,11 +1,14 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/npuserve/npuserve/engine/parser"
 	"github.com/npuserve/npuserve/engine/sampling"
@@ -121,6 +124,7 @@ func decodeCommon(b *body, r *commonRequest) {
 		}
 	}
 	r.n = b.int("n", 1)
+	r.presencePenalty = b.floatOrNull("presence_penalty", 0)
 	// seed: Field(ge=LONG_MIN, le=LONG_MAX), which any int64 satisfies.
 	r.seed = b.optInt("seed")
 	r.stop = b.stringOrList("stop")
@@ -302,25 +306,18 @@ func decodePrompt(raw json.RawMessage) ([]promptSpec, *pydanticError) {
 	}
 	bad := &pydanticError{Type: "union_type", Loc: "body.prompt",
 		Msg: "Input should be a string, a list of strings, a list of token ids or a list of token id lists", Input: pyInput(raw)}
+	// A list of token ids, the large case, decodes straight to ids (8 bytes
+	// an id, not a raw value each).
+	var ids []int64
+	if json.Unmarshal(raw, &ids) == nil {
+		if ids == nil {
+			ids = []int64{}
+		}
+		return []promptSpec{{tokens: ids}}, nil
+	}
 	var items []json.RawMessage
 	if json.Unmarshal(raw, &items) != nil {
 		return nil, bad
-	}
-	if len(items) == 0 {
-		return []promptSpec{{tokens: []int64{}}}, nil
-	}
-	var ids []int64
-	allInts := true
-	for _, it := range items {
-		var v int64
-		if json.Unmarshal(it, &v) != nil {
-			allInts = false
-			break
-		}
-		ids = append(ids, v)
-	}
-	if allInts {
-		return []promptSpec{{tokens: ids}}, nil
 	}
 	var out []promptSpec
 	for _, it := range items {
@@ -375,13 +372,13 @@ func decodeChat(b *body) (*chatRequest, *APIError) {
 	case mct != nil:
 		r.maxTokens, r.maxTokensParam = mct, "max_completion_tokens"
 	}
-	if t, ok := b.get("tools"); ok {
+	if t, ok := b.get("tools"); ok && checkTools(b, t) {
 		r.tools = t
 	}
 	if tc, ok := b.get("tool_choice"); ok {
 		r.toolChoice = tc
 	}
-	r.reasoningEffort = b.optString("reasoning_effort")
+	r.reasoningEffort = b.literal("reasoning_effort", "low", "medium", "high")
 	r.includeReasoning = b.bool("include_reasoning", true)
 	r.parallelToolCalls = b.boolOrNull("parallel_tool_calls", true)
 	r.echo = b.bool("echo", false)
@@ -426,6 +423,63 @@ func decodeChat(b *body) (*chatRequest, *APIError) {
 		return nil, valueError("", r.nFields, "ValueError", "Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
 	}
 	return r, nil
+}
+
+// checkTools validates tools as pydantic validates vLLM's
+// list[ChatCompletionToolsParam]: a list of objects whose type is
+// "function" (the default) and whose function is an object with a string
+// name, an optional string description and an optional object parameters.
+// Problems are recorded on b; it reports whether there were none.
+func checkTools(b *body, raw json.RawMessage) bool {
+	before := len(b.errs)
+	fail := func(loc, typ, msg string, v json.RawMessage, ctx string) {
+		b.errs = append(b.errs, pydanticError{Type: typ, Loc: "body.tools" + loc, Msg: msg, Input: pyInput(v), Ctx: ctx})
+	}
+	var items []json.RawMessage
+	if json.Unmarshal(raw, &items) != nil {
+		fail("", "list_type", "Input should be a valid list", raw, "")
+		return false
+	}
+	const notObject = "Input should be a valid dictionary or object to extract fields from"
+	for i, it := range items {
+		loc := "." + strconv.Itoa(i)
+		var tool map[string]json.RawMessage
+		if isNull(it) || json.Unmarshal(it, &tool) != nil {
+			fail(loc, "model_attributes_type", notObject, it, "")
+			continue
+		}
+		if typ, ok := tool["type"]; ok {
+			var s string
+			if json.Unmarshal(typ, &s) != nil || s != "function" {
+				fail(loc+".type", "literal_error", "Input should be 'function'", typ, `{'expected': "'function'"}`)
+			}
+		}
+		fnRaw, ok := tool["function"]
+		if !ok {
+			fail(loc+".function", "missing", "Field required", it, "")
+			continue
+		}
+		var fn map[string]json.RawMessage
+		if isNull(fnRaw) || json.Unmarshal(fnRaw, &fn) != nil {
+			fail(loc+".function", "model_attributes_type", notObject, fnRaw, "")
+			continue
+		}
+		var str string
+		if name, ok := fn["name"]; !ok {
+			fail(loc+".function.name", "missing", "Field required", fnRaw, "")
+		} else if json.Unmarshal(name, &str) != nil {
+			fail(loc+".function.name", "string_type", "Input should be a valid string", name, "")
+		}
+		if d, ok := fn["description"]; ok && !isNull(d) && json.Unmarshal(d, &str) != nil {
+			fail(loc+".function.description", "string_type", "Input should be a valid string", d, "")
+		}
+		if p, ok := fn["parameters"]; ok && !isNull(p) {
+			if t := bytes.TrimSpace(p); len(t) == 0 || t[0] != '{' {
+				fail(loc+".function.parameters", "dict_type", "Input should be a valid dictionary", p, "")
+			}
+		}
+	}
+	return len(b.errs) == before
 }
 
 // checkToolUsage is ChatCompletionRequest.check_tool_usage: tool_choice
@@ -524,14 +578,38 @@ type prompt struct {
 	ids      []int32
 }
 
+// promptLimit is the longest text that is tokenized (--max-prompt-chars).
+// The zero value has no limit.
+type promptLimit struct {
+	chars    int // 0: no limit
+	modelLen int // for the message
+}
+
+// check refuses a text of more than chars characters without tokenizing
+// it (with the automatic limit, such a text cannot fit max_model_len).
+func (l promptLimit) check(text string) *APIError {
+	if l.chars <= 0 || len(text) <= l.chars {
+		return nil // a character is at least a byte
+	}
+	n := utf8.RuneCountInString(text)
+	if n <= l.chars {
+		return nil
+	}
+	return badParam("input_tokens", "This model's maximum context length is %d tokens. However, your prompt has %d characters, more than the %d this server tokenizes (--max-prompt-chars). Please reduce the length of the input messages.",
+		l.modelLen, n, l.chars)
+}
+
 // tokenizePrompts tokenizes text prompts (tok nil: only token ids are
-// accepted).
-func tokenizePrompts(tok *tokenizer.Tokenizer, specs []promptSpec, addSpecial bool) ([]prompt, *APIError) {
+// accepted); a text longer than lim is refused before tokenization.
+func tokenizePrompts(tok *tokenizer.Tokenizer, specs []promptSpec, addSpecial bool, lim promptLimit) ([]prompt, *APIError) {
 	out := make([]prompt, len(specs))
 	for i, p := range specs {
 		if p.text != nil {
 			if tok == nil {
 				return nil, skipTokenizerError()
+			}
+			if aerr := lim.check(*p.text); aerr != nil {
+				return nil, aerr
 			}
 			ids := tok.Encode(*p.text, addSpecial)
 			out[i] = prompt{text: *p.text, textKnow: true, ids: make([]int32, len(ids))}
@@ -595,6 +673,11 @@ func (s *Server) samplingParams(r *commonRequest, maxTokens *int64, promptLen in
 	if err := p.Validate(); err != nil {
 		return p, fromError(err)
 	}
+	// The last check of vLLM's _verify_args (stop strings are not part of
+	// sampling.Params: the server applies them).
+	if slices.Contains(r.stop, "") {
+		return p, badRequest("stop cannot contain an empty string.")
+	}
 	if err := p.Verify(s.opt.MaxLogprobs, s.vocab()); err != nil {
 		return p, fromError(err)
 	}
@@ -617,7 +700,9 @@ func (s *Server) checkContext(promptLen int, maxTokens *int64) *APIError {
 		return badParam("input_tokens", "This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages. (parameter=input_tokens, value=%d)",
 			s.maxModelLen, promptLen, promptLen)
 	}
-	if maxTokens != nil && *maxTokens > 0 && int64(promptLen)+*maxTokens > int64(s.maxModelLen) {
+	// Compared with the room left, not as promptLen + max_tokens, which
+	// overflows for max_tokens near 2^63.
+	if maxTokens != nil && *maxTokens > 0 && *maxTokens > int64(s.maxModelLen-promptLen) {
 		return badParam("max_tokens", "'max_tokens' or 'max_completion_tokens' is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d). (parameter=max_tokens, value=%d)",
 			*maxTokens, s.maxModelLen, promptLen, *maxTokens, s.maxModelLen, promptLen, *maxTokens)
 	}

@@ -8,7 +8,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
+	"log"
+	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -53,6 +54,10 @@ type Options struct {
 	ModelPath string
 	// APIKeys, when any is set, guard /v1/* with "Authorization: Bearer".
 	APIKeys []string
+	// CORS is --allowed-origins, --allowed-methods, --allowed-headers and
+	// --allow-credentials (zero value: vLLM's defaults, everything allowed
+	// without credentials).
+	CORS CORS
 
 	// Templates are the model's chat templates (nil: the model has none,
 	// and chat requests need ChatTemplate or a request chat_template).
@@ -88,8 +93,11 @@ type Options struct {
 	ReturnTokensAsTokenIDs bool
 
 	// MaxBodyBytes bounds request bodies (413 beyond it); default
-	// DefaultMaxBodyBytes.
+	// DefaultMaxBodyBytes (--max-request-body-bytes).
 	MaxBodyBytes int64
+	// Limits are the connection, time and size limits (zero fields: the
+	// defaults).
+	Limits Limits
 	// StatsInterval is the period of the stats log line (default 10 s);
 	// DisableLogStats turns the line off (--disable-log-stats).
 	StatsInterval   time.Duration
@@ -127,6 +135,16 @@ type Server struct {
 	closing     atomic.Bool
 	inflight    sync.WaitGroup
 	engineDead  func() error
+
+	limits      Limits
+	promptLimit promptLimit
+	queued      atomic.Int64 // sequences in flight (MaxQueuedRequests)
+	bodyBytes   atomic.Int64 // bytes of request bodies held by handlers
+	bodyBudget  int64        // their limit: 4 × MaxBodyBytes
+	scavengeMu  sync.Mutex
+	scavenge    *time.Timer  // returns memory after large bodies
+	released    int          // body bytes released since the last scavenge
+	conns       *connTracker // set by Serve
 
 	forceMu sync.Mutex
 	force   context.CancelFunc // cuts the graceful shutdown short
@@ -182,7 +200,25 @@ func New(eng Engine, tok *tokenizer.Tokenizer, opt Options) (*Server, error) {
 	s := &Server{
 		eng: eng, tok: tok, opt: opt, maxModelLen: st.MaxModelLen,
 		model: opt.ServedModelNames[0], names: map[string]bool{},
-		created: time.Now().Unix(), log: opt.Log,
+		created: time.Now().Unix(), log: opt.Log, limits: opt.Limits,
+	}
+	s.limits.fill()
+	s.bodyBudget = 4 * opt.MaxBodyBytes
+	if n := fileLimit(); n > 0 && s.limits.MaxConnections > n-connReserve {
+		c := max(16, n-connReserve)
+		s.log.Warnf("--limit-concurrency %d does not fit the file limit (RLIMIT_NOFILE %d): serving at most %d connections", s.limits.MaxConnections, n, c)
+		s.limits.MaxConnections = c
+	}
+	s.promptLimit = promptLimit{modelLen: st.MaxModelLen}
+	switch {
+	case s.limits.MaxPromptChars > 0:
+		s.promptLimit.chars = s.limits.MaxPromptChars
+	case s.limits.MaxPromptChars == 0 && tok != nil:
+		if b := tok.MaxBytesPerToken(); b > 0 {
+			s.promptLimit.chars = int(min(int64(st.MaxModelLen)*int64(b), math.MaxInt32))
+		} else {
+			s.log.Warnf("the tokenizer can map unbounded text to one token: text prompts are tokenized up to the body limit; set --max-prompt-chars to bound them")
+		}
 	}
 	for _, n := range opt.ServedModelNames {
 		s.names[n] = true
@@ -193,7 +229,8 @@ func New(eng Engine, tok *tokenizer.Tokenizer, opt Options) (*Server, error) {
 		}
 	}
 	s.render = &Renderer{Templates: opt.Templates, Override: opt.ChatTemplate, Tok: tok,
-		ContentFormat: opt.ContentFormat, TrustRequestChatTemplate: opt.TrustRequestChatTemplate}
+		ContentFormat: opt.ContentFormat, TrustRequestChatTemplate: opt.TrustRequestChatTemplate,
+		MaxPromptChars: s.promptLimit.chars, MaxModelLen: st.MaxModelLen}
 	s.vocabSize = opt.VocabSize
 	if s.vocabSize == 0 && tok != nil {
 		s.vocabSize = tok.VocabSize()
@@ -228,7 +265,11 @@ func (s *Server) MaxModelLen() int { return s.maxModelLen }
 // is aborted in the engine by its handler returning. It also runs the
 // stats logger.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
-	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 30 * time.Second}
+	s.conns = newConnTracker(ln, s, s.limits.MaxConnections)
+	ln = s.conns
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: s.limits.ReadTimeout, IdleTimeout: s.limits.KeepAlive,
+		MaxHeaderBytes: s.limits.MaxHeaderBytes, ConnState: s.conns.state,
+		ErrorLog: log.New(s.log.WithField("component", "http").WriterLevel(logrus.WarnLevel), "", 0)}
 	statsCtx, stopStats := context.WithCancel(context.Background())
 	defer stopStats()
 	if !s.opt.DisableLogStats {
@@ -278,7 +319,13 @@ func (s *Server) routes() http.Handler {
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
-	r.Use(s.recoverMiddleware, s.requestIDMiddleware, s.accessLog)
+	// No 301 with an HTML body for /v1/models/: every answer is JSON.
+	r.RedirectTrailingSlash = false
+	r.RedirectFixedPath = false
+	// Authentication runs before routing, so that every /v1 path, unknown
+	// ones included, answers 401 without the key (vLLM's
+	// AuthenticationMiddleware wraps the whole app).
+	r.Use(s.recoverMiddleware, s.writeDeadlineMiddleware, s.headerCount, s.requestIDMiddleware, s.accessLog, newCORS(s.opt.CORS).middleware(s), s.auth)
 	r.NoRoute(func(c *gin.Context) { s.writeError(c, httpError(http.StatusNotFound, "Not Found")) })
 	r.NoMethod(func(c *gin.Context) { s.writeError(c, httpError(http.StatusMethodNotAllowed, "Method Not Allowed")) })
 
@@ -290,7 +337,7 @@ func (s *Server) routes() http.Handler {
 	r.POST("/tokenize", s.limitBody, s.tokenize)
 	r.POST("/detokenize", s.limitBody, s.detokenize)
 
-	v1 := r.Group("/v1", s.auth)
+	v1 := r.Group("/v1")
 	v1.GET("/models", s.listModels)
 	v1.POST("/completions", s.limitBody, s.completions)
 	v1.POST("/chat/completions", s.limitBody, s.chatCompletions)
@@ -301,24 +348,30 @@ func (s *Server) routes() http.Handler {
 // it has failed or the server is shutting down (so that load balancers
 // stop sending requests).
 func (s *Server) health(c *gin.Context) {
-	if s.closing.Load() {
+	if !s.healthy() {
 		c.Status(http.StatusServiceUnavailable)
 		return
-	}
-	if s.engineDead != nil {
-		if err := s.engineDead(); err != nil {
-			c.Status(http.StatusServiceUnavailable)
-			return
-		}
 	}
 	c.Status(http.StatusOK)
 }
 
-// auth checks the bearer token on /v1/* when API keys are set (vLLM's
-// AuthenticationMiddleware: scheme "Bearer", any of the keys). OPTIONS
-// requests pass.
+// healthy reports whether the engine runs and the server is not shutting
+// down.
+func (s *Server) healthy() bool {
+	if s.closing.Load() {
+		return false
+	}
+	if s.engineDead != nil && s.engineDead() != nil {
+		return false
+	}
+	return true
+}
+
+// auth checks the bearer token on every path under /v1 when API keys are
+// set (vLLM's AuthenticationMiddleware: url_path.startswith("/v1"), scheme
+// "Bearer", any of the keys). OPTIONS requests pass.
 func (s *Server) auth(c *gin.Context) {
-	if len(s.keyHashes) == 0 || c.Request.Method == http.MethodOptions {
+	if len(s.keyHashes) == 0 || c.Request.Method == http.MethodOptions || !strings.HasPrefix(c.Request.URL.Path, "/v1") {
 		return
 	}
 	scheme, token, _ := strings.Cut(c.GetHeader("Authorization"), " ")
@@ -348,26 +401,22 @@ func (s *Server) requestIDMiddleware(c *gin.Context) {
 	c.Next()
 }
 
-// limitBody reads the body up to MaxBodyBytes (413 beyond) into the
-// context.
+// limitBody reads the body, up to MaxBodyBytes (413 beyond) and within
+// ReadTimeout (408 after), into the context, and holds it against the
+// server's body budget (503 beyond) until the handler is done.
 func (s *Server) limitBody(c *gin.Context) {
-	if c.Request.ContentLength > s.opt.MaxBodyBytes {
-		s.writeError(c, tooLarge(s.opt.MaxBodyBytes))
+	data, aerr := s.readBody(c)
+	if aerr != nil {
+		s.writeError(c, aerr)
 		c.Abort()
 		return
 	}
-	data, err := io.ReadAll(io.LimitReader(c.Request.Body, s.opt.MaxBodyBytes+1))
-	if err != nil {
-		s.writeError(c, httpError(http.StatusBadRequest, "could not read the request body: "+err.Error()))
-		c.Abort()
-		return
-	}
-	if int64(len(data)) > s.opt.MaxBodyBytes {
-		s.writeError(c, tooLarge(s.opt.MaxBodyBytes))
-		c.Abort()
-		return
-	}
+	defer s.releaseBody(len(data))
 	c.Set(bodyKey, data)
+	// gin pools its contexts: a stored body would stay referenced until
+	// the context is reused.
+	defer c.Delete(bodyKey)
+	c.Next()
 }
 
 const bodyKey = "npuserve.body"
@@ -406,6 +455,7 @@ func (s *Server) accessLog(c *gin.Context) {
 // writeError answers e in vLLM's envelope.
 func (s *Server) writeError(c *gin.Context, e *APIError) {
 	b, _ := e.MarshalJSON()
+	s.writeDeadline(c)
 	c.Data(e.Status, "application/json", b)
 }
 
@@ -416,6 +466,7 @@ func (s *Server) writeJSON(c *gin.Context, status int, v any) {
 		s.writeError(c, internalError(err))
 		return
 	}
+	s.writeDeadline(c)
 	c.Data(status, "application/json", b)
 }
 

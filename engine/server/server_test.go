@@ -340,6 +340,31 @@ func TestErrorEnvelope(t *testing.T) {
 		{"body too large", "/v1/completions", `{"prompt":"` + strings.Repeat("x", 5000) + `"}`, 413, "Request Entity Too Large", "", "Request body too large", nil},
 		{"truncate too large", "/v1/completions", `{"prompt":"a","truncate_prompt_tokens":100}`, 400, "BadRequestError", "truncate_prompt_tokens", "is greater than max_model_len (64)", nil},
 		{"unknown path", "/v1/nothing", `{}`, 404, "Not Found", "", "Not Found", nil},
+		// Issue 12: what a hostile or careless client found.
+		{"presence_penalty out of range", "/v1/completions", `{"prompt":"a","presence_penalty":-5}`, 400, "BadRequestError", "", "presence_penalty must be in [-2, 2], got -5.0.", nil},
+		{"presence_penalty NaN", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"presence_penalty":"NaN"}`, 400, "BadRequestError", "", "presence_penalty must be in [-2, 2], got nan.", nil},
+		{"presence_penalty list", "/v1/completions", `{"prompt":"a","presence_penalty":[1]}`, 400, "Bad Request", "body.presence_penalty", "Input should be a valid number", nil},
+		{"max_tokens int64 max", "/v1/completions", `{"prompt":"hello","max_tokens":9223372036854775807}`, 400, "BadRequestError", "max_tokens",
+			"'max_tokens' or 'max_completion_tokens' is too large: 9223372036854775807. This model's maximum context length is 64 tokens", nil},
+		{"completions max_completion_tokens int64 max", "/v1/completions", `{"prompt":"hello","max_completion_tokens":9223372036854775807}`, 400, "BadRequestError", "max_tokens", "is too large: 9223372036854775807.", nil},
+		{"chat max_completion_tokens int64 max", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":9223372036854775807}`, 400, "BadRequestError", "max_tokens", "is too large: 9223372036854775807.", nil},
+		{"stop empty string in list", "/v1/completions", `{"prompt":"a","stop":["x",""]}`, 400, "BadRequestError", "", "stop cannot contain an empty string.", nil},
+		{"stop empty string", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stop":""}`, 400, "BadRequestError", "", "stop cannot contain an empty string.", nil},
+		{"reasoning_effort unknown", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"reasoning_effort":"ultra"}`, 400, "Bad Request", "body.reasoning_effort", `Input should be 'low', 'medium' or 'high'`, nil},
+		{"reasoning_effort number", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"reasoning_effort":3}`, 400, "Bad Request", "body.reasoning_effort", `'input': 3, 'ctx': {'expected': "'low', 'medium' or 'high'"}`, nil},
+		{"tool parameters a string", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":"nope"}}]}`, 400, "Bad Request", "body.tools.0.function.parameters", "Input should be a valid dictionary", nil},
+		{"tools a string", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"tools":"x"}`, 400, "Bad Request", "body.tools", "'msg': 'Input should be a valid list', 'input': 'x'", nil},
+		{"tool not an object", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"tools":[7]}`, 400, "Bad Request", "body.tools.0", "valid dictionary or object", nil},
+		{"tool type", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"web","function":{"name":"f"}}]}`, 400, "Bad Request", "body.tools.0.type", "Input should be 'function'", nil},
+		{"tool name type", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"tools":[{"function":{"name":1}}]}`, 400, "Bad Request", "body.tools.0.function.name", "Input should be a valid string", nil},
+		{"tool without function", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function"}]}`, 400, "Bad Request", "body.tools.0.function", "Field required", nil},
+		{"tools a string on tokenize", "/tokenize", `{"messages":[{"role":"user","content":"hi"}],"tools":"x"}`, 400, "Bad Request", "body.tools", "Input should be a valid list", nil},
+		{"invalid UTF-8", "/v1/completions", "{\"prompt\":\"a\xff\xfeb\"}", 400, "Bad Request", "", "There was an error parsing the body", nil},
+		{"invalid UTF-8 chat", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\"}]}", 400, "Bad Request", "", "There was an error parsing the body", nil},
+		{"lone high surrogate", "/v1/completions", `{"prompt":"a\ud800b"}`, 400, "Bad Request", "", "There was an error parsing the body", nil},
+		{"lone high surrogate at end", "/v1/completions", `{"prompt":"\ud83d"}`, 400, "Bad Request", "", "There was an error parsing the body", nil},
+		{"lone low surrogate", "/v1/chat/completions", `{"messages":[{"role":"user","content":"\udc00"}]}`, 400, "Bad Request", "", "There was an error parsing the body", nil},
+		{"high surrogate and a non-surrogate", "/tokenize", `{"prompt":"\ud800\u0041"}`, 400, "Bad Request", "", "There was an error parsing the body", nil},
 		{"detokenize bad id", "/detokenize", `{"tokens":[99999]}`, 400, "BadRequestError", "", "out of vocabulary", nil},
 		{"tokenize missing prompt", "/tokenize", `{}`, 400, "Bad Request", "body.prompt", "Field required", nil},
 	}
@@ -620,6 +645,15 @@ func TestAuthAndRoutes(t *testing.T) {
 		{"GET", "/v1/models", "", "", 401},
 		{"GET", "/v1/models", "Bearer sk-test", "", 200},
 		{"GET", "/health", "", "", 200},
+		// Every /v1 path needs the key, unknown ones included; a trailing
+		// slash is not redirected (JSON bodies only).
+		{"GET", "/v1/nothing", "", "", 401},
+		{"POST", "/v1/embeddings", "", `{}`, 401},
+		{"GET", "/v1/models/", "", "", 401},
+		{"GET", "/v1/models/", "Bearer sk-test", "", 404},
+		{"GET", "/v1/nothing", "Bearer sk-test", "", 404},
+		{"GET", "/v1", "", "", 401},
+		{"GET", "/nothing", "", "", 404},
 		{"GET", "/version", "", "", 200},
 		{"GET", "/metrics", "", "", 200},
 		{"POST", "/tokenize", "", `{"prompt":"hello"}`, 200},
@@ -640,6 +674,12 @@ func TestAuthAndRoutes(t *testing.T) {
 		}
 		if c.status == 401 {
 			checkEnvelope(t, resp.StatusCode, b, errCase{status: 401, typ: "Unauthorized", inMsg: "Unauthorized"})
+		}
+		if c.status == 404 {
+			checkEnvelope(t, resp.StatusCode, b, errCase{status: 404, typ: "Not Found", inMsg: "Not Found"})
+		}
+		if ct := resp.Header.Get("Content-Type"); len(b) > 0 && !strings.HasPrefix(ct, "application/json") && !strings.HasPrefix(ct, "text/plain; version=0.0.4") {
+			t.Errorf("%s %s: Content-Type %q: %s", c.method, c.path, ct, b)
 		}
 		if c.path == "/version" && string(b) != `{"version":"9.9"}` {
 			t.Errorf("/version = %s", b)
@@ -780,6 +820,10 @@ func TestPyRepr(t *testing.T) {
 		{`null`, `None`},
 		{`[1,2]`, `'<list of 2 items>'`},
 		{`{"a":1}`, `'<dict of 1 items>'`},
+		{`[]`, `'<list of 0 items>'`},
+		{` [ ] `, `'<list of 0 items>'`},
+		{`[[1,2],{"a":[3,4]},"x,]"]`, `'<list of 3 items>'`},
+		{`{"a":{"b":1,"c":2},"d":"\",","e":[]}`, `'<dict of 3 items>'`},
 	}
 	for _, c := range cases {
 		if got := pyInput(json.RawMessage(c.in)); got != c.want {
@@ -851,4 +895,99 @@ func TestEngineFailureMidRequest(t *testing.T) {
 		}
 	}
 	waitFor(t, func() bool { return eng.liveCount() == 0 })
+}
+
+// TestSamplingFieldsReachEngine: presence_penalty (never read before issue
+// 12) and frequency_penalty reach the engine's parameters; a well-formed
+// surrogate pair is not refused with the lone ones.
+func TestSamplingFieldsReachEngine(t *testing.T) {
+	eng := newFakeEngine(textScript(t, "ok", true))
+	ts, _ := startServer(t, eng, Options{})
+	for _, c := range []struct{ path, body string }{
+		{"/v1/completions", `{"prompt":"hi \ud83d\ude00","presence_penalty":2,"frequency_penalty":-1.5,"max_tokens":2}`},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi \ud83d\ude00"}],"presence_penalty":"2","frequency_penalty":-1.5,"max_tokens":2}`},
+	} {
+		code, _, out := post(t, ts.URL+c.path, c.body)
+		if code != 200 {
+			t.Fatalf("%s: %d %s", c.path, code, out)
+		}
+		reqs := eng.requests()
+		p := reqs[len(reqs)-1].Params
+		if p.PresencePenalty != 2 || p.FrequencyPenalty != -1.5 {
+			t.Errorf("%s: presence %v frequency %v, want 2 and -1.5", c.path, p.PresencePenalty, p.FrequencyPenalty)
+		}
+	}
+}
+
+// TestCORS: preflight requests are answered (they answered 405 before issue
+// 12) as Starlette's CORSMiddleware answers them, with vLLM's defaults
+// (everything allowed) or the configured lists.
+func TestCORS(t *testing.T) {
+	eng := newFakeEngine(textScript(t, "ok", true))
+	open, _ := startServer(t, eng, Options{APIKeys: []string{"k"}})
+	strict, _ := startServer(t, eng, Options{CORS: CORS{AllowedOrigins: []string{"https://a.example"}, AllowedMethods: []string{"POST"},
+		AllowedHeaders: []string{"Authorization"}, AllowCredentials: true}})
+	do := func(method, url string, hdr ...string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(method, url, nil)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, b
+	}
+	pre := func(origin, method, headers string) []string {
+		return []string{"Origin", origin, "Access-Control-Request-Method", method, "Access-Control-Request-Headers", headers}
+	}
+	cases := []struct {
+		name, method, url string
+		hdr               []string
+		status            int
+		want              map[string]string // header -> value ("" absent)
+	}{
+		{"preflight, defaults", "OPTIONS", open.URL + "/v1/chat/completions", pre("https://x.example", "POST", "authorization, content-type"), 200,
+			map[string]string{"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Methods": "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT",
+				"Access-Control-Allow-Headers": "authorization, content-type", "Access-Control-Max-Age": "600", "Access-Control-Allow-Credentials": ""}},
+		{"preflight of an unknown path", "OPTIONS", open.URL + "/v1/nothing", pre("https://x.example", "GET", ""), 200,
+			map[string]string{"Access-Control-Allow-Origin": "*"}},
+		{"simple request, defaults", "GET", open.URL + "/health", []string{"Origin", "https://x.example"}, 200,
+			map[string]string{"Access-Control-Allow-Origin": "*", "Vary": ""}},
+		{"simple request with a cookie", "GET", open.URL + "/health", []string{"Origin", "https://x.example", "Cookie", "a=b"}, 200,
+			map[string]string{"Access-Control-Allow-Origin": "https://x.example", "Vary": "Origin"}},
+		{"unauthorized, with CORS headers", "GET", open.URL + "/v1/models", []string{"Origin", "https://x.example"}, 401,
+			map[string]string{"Access-Control-Allow-Origin": "*"}},
+		{"no Origin: no CORS headers", "GET", open.URL + "/health", nil, 200, map[string]string{"Access-Control-Allow-Origin": ""}},
+		{"OPTIONS that is not a preflight", "OPTIONS", open.URL + "/v1/completions", []string{"Origin", "https://x.example"}, 405, nil},
+		{"preflight, allowed origin", "OPTIONS", strict.URL + "/v1/completions", pre("https://a.example", "POST", "Authorization"), 200,
+			map[string]string{"Access-Control-Allow-Origin": "https://a.example", "Vary": "Origin", "Access-Control-Allow-Methods": "POST",
+				"Access-Control-Allow-Headers": "Accept, Accept-Language, Authorization, Content-Language, Content-Type", "Access-Control-Allow-Credentials": "true"}},
+		{"preflight, other origin", "OPTIONS", strict.URL + "/v1/completions", pre("https://b.example", "POST", ""), 400,
+			map[string]string{"Access-Control-Allow-Origin": ""}},
+		{"preflight, other method and header", "OPTIONS", strict.URL + "/v1/completions", pre("https://a.example", "PUT", "X-Secret"), 400, nil},
+		{"simple request, allowed origin", "GET", strict.URL + "/health", []string{"Origin", "https://a.example"}, 200,
+			map[string]string{"Access-Control-Allow-Origin": "https://a.example", "Access-Control-Allow-Credentials": "true"}},
+		{"simple request, other origin", "GET", strict.URL + "/health", []string{"Origin", "https://b.example"}, 200,
+			map[string]string{"Access-Control-Allow-Origin": ""}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, b := do(c.method, c.url, c.hdr...)
+			if resp.StatusCode != c.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, c.status, b)
+			}
+			for k, v := range c.want {
+				if got := resp.Header.Get(k); got != v {
+					t.Errorf("%s = %q, want %q", k, got, v)
+				}
+			}
+			if c.status == 400 {
+				checkEnvelope(t, resp.StatusCode, b, errCase{status: 400, typ: "Bad Request", inMsg: "Disallowed CORS"})
+			}
+		})
+	}
 }

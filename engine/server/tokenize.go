@@ -58,6 +58,10 @@ func (s *Server) tokenize(c *gin.Context) {
 			s.writeError(c, aerr)
 			return
 		}
+		if aerr := s.promptLimit.check(*prompt); aerr != nil {
+			s.writeError(c, aerr)
+			return
+		}
 		for _, id := range s.tok.Encode(*prompt, addSpecial) {
 			ids = append(ids, int32(id))
 		}

@@ -334,3 +334,68 @@ func TestConfigTokens(t *testing.T) {
 		t.Errorf("Warnings = %q, want one about <|pad|>", w)
 	}
 }
+
+// TestMaxBytesPerToken: the bound holds on texts built to be few tokens
+// (long runs of one character, the longest token repeated, added tokens,
+// mixed scripts), and is 0 where text can vanish.
+func TestMaxBytesPerToken(t *testing.T) {
+	for _, name := range []string{"qwen3", "llama3_1", "gpt_oss", "deepseek_v3", "glm_mini"} {
+		t.Run(name, func(t *testing.T) {
+			tok := loadGolden(t, name)
+			n := tok.MaxBytesPerToken()
+			t.Logf("MaxBytesPerToken = %d", n)
+			if n <= 0 {
+				t.Fatalf("MaxBytesPerToken = %d", n)
+			}
+			longest := ""
+			for _, p := range tok.pieces {
+				if len(p) > len(longest) {
+					longest = p
+				}
+			}
+			var special string
+			for _, a := range tok.added {
+				special += a.content
+			}
+			for _, text := range []string{
+				strings.Repeat(" ", 5000), strings.Repeat("=", 5000), strings.Repeat("\n", 3000), strings.Repeat("a", 4000),
+				strings.Repeat(longest, 50), strings.Repeat(special, 3), strings.Repeat("日本語のテキスト", 200),
+				strings.Repeat("Hello, world! ", 300), strings.Repeat("1234567890", 300),
+			} {
+				got := len(tok.Encode(text, false))
+				if got*n < len(text) {
+					t.Errorf("%d bytes (%.20q...) encode to %d tokens, fewer than %d bytes / %d", len(text), text, got, len(text), n)
+				}
+			}
+		})
+	}
+	// Text that vanishes: a Split that removes its matches, an added token
+	// that strips the spaces around it.
+	base := readGoldenJSON(t, "glm_mini")
+	var doc map[string]any
+	if err := json.Unmarshal(base, &doc); err != nil {
+		t.Fatal(err)
+	}
+	pre := doc["pre_tokenizer"]
+	doc["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{
+		map[string]any{"type": "Split", "pattern": map[string]any{"String": " "}, "behavior": "Removed", "invert": false}, pre}}
+	b, _ := json.Marshal(doc)
+	removed, err := FromJSON(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := removed.MaxBytesPerToken(); n != 0 {
+		t.Errorf("Split Removed: MaxBytesPerToken = %d, want 0", n)
+	}
+	doc["pre_tokenizer"] = pre
+	added := doc["added_tokens"].([]any)
+	added[0].(map[string]any)["lstrip"] = true
+	b, _ = json.Marshal(doc)
+	lstrip, err := FromJSON(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := lstrip.MaxBytesPerToken(); n != 0 {
+		t.Errorf("lstrip added token: MaxBytesPerToken = %d, want 0", n)
+	}
+}

@@ -186,3 +186,56 @@ func (t *Tokenizer) Config() Config { return t.config }
 // truncation/padding settings, added-token ids that differ from the ids HF
 // assigns, configured special tokens that are not in the vocabulary.
 func (t *Tokenizer) Warnings() []string { return slices.Clone(t.warnings) }
+
+// MaxBytesPerToken bounds how much text one token of Encode's output
+// stands for: a text longer than n*MaxBytesPerToken() bytes (or
+// characters, which are at least a byte each) encodes to more than n
+// tokens, so a caller can refuse such a text without encoding it. The
+// bound is the longest vocabulary piece or added token, times 4 when a
+// Unicode normalizer runs first (canonical composition turns at most 4
+// bytes of input into one byte of output). It is 0 when there is no bound:
+// a pre-tokenizer removes text, an added token strips the whitespace
+// around it, or bytes missing from the vocabulary vanish or fuse into one
+// unknown token.
+func (t *Tokenizer) MaxBytesPerToken() int {
+	if !preKeepsText(t.pre) {
+		return 0
+	}
+	for _, id := range t.model.byteID {
+		if id < 0 {
+			return 0
+		}
+	}
+	n := 0
+	for _, p := range t.pieces {
+		n = max(n, len(p))
+	}
+	for _, a := range t.added {
+		if a.lstrip || a.rstrip {
+			return 0
+		}
+		n = max(n, len(a.content))
+	}
+	if len(t.norm) > 0 {
+		n *= 4
+	}
+	return n
+}
+
+// preKeepsText reports whether every byte of a pre-tokenizer's input ends
+// up in one of its pieces (no Split with the Removed behavior).
+func preKeepsText(p preTokenizer) bool {
+	switch x := p.(type) {
+	case sequencePT:
+		for _, s := range x {
+			if !preKeepsText(s) {
+				return false
+			}
+		}
+	case *splitPT:
+		return x.behavior != behaviorRemoved
+	case byteLevelPT:
+		return x.gpt2 == nil || preKeepsText(x.gpt2)
+	}
+	return true
+}
