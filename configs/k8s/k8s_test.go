@@ -414,7 +414,7 @@ func TestLeaderWorkerSet(t *testing.T) {
 	svc := one[*corev1.Service](t, objs, "npuserve")
 	tmpl := set.Spec.LeaderWorkerTemplate
 	if tmpl.Size == nil || *tmpl.Size != 2 {
-		t.Fatalf("group size %v, want 2 (the scripts' DP size, one DP rank per node)", tmpl.Size)
+		t.Fatalf("group size %v, want 2 (the scripts' DP size, one DP rank per node)", ptrString(tmpl.Size))
 	}
 	if tmpl.RestartPolicy != lws.RecreateGroupOnPodRestart {
 		t.Errorf("restartPolicy %q: a lost node fails the group, which must restart whole (RecreateGroupOnPodRestart)", tmpl.RestartPolicy)
@@ -510,7 +510,7 @@ func TestStatefulSet(t *testing.T) {
 	nodes := one[*corev1.Service](t, objs, sts.Spec.ServiceName)
 	api := one[*corev1.Service](t, objs, "npuserve-sts")
 	if sts.Spec.Replicas == nil || *sts.Spec.Replicas != 2 {
-		t.Fatalf("replicas %v, want 2 (the scripts' DP size)", sts.Spec.Replicas)
+		t.Fatalf("replicas %v, want 2 (the scripts' DP size)", ptrString(sts.Spec.Replicas))
 	}
 	if sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
 		t.Errorf("podManagementPolicy %q: pod 0 is ready only after pod 1 joins it (want Parallel)", sts.Spec.PodManagementPolicy)
@@ -729,4 +729,11 @@ func TestExpand(t *testing.T) {
 			t.Errorf("expand(%q) = %q %v, want %q %q", tc.in, got, undef, tc.want, tc.undef)
 		}
 	}
+}
+
+func ptrString[T any](p *T) string {
+	if p == nil {
+		return "unset"
+	}
+	return fmt.Sprint(*p)
 }
