@@ -1,5 +1,6 @@
 # npuserve — build, run and test. Everything a fresh machine needs installs
-# from these targets (Go modules through the module proxy; no apt packages).
+# from these targets: Go modules through the module proxy; Debian's
+# docker.io only for the image targets (make image), never for make test.
 
 GO      ?= go
 BIN     := bin/npuserve
@@ -7,17 +8,24 @@ PORT    ?= 8000
 HOST    ?= 127.0.0.1
 MODEL   ?= testdata/glm5next/tiny
 FUZZTIME ?= 30s
+# The GLM-5.3-Flash recipe's serving flags (vLLM / vllm-ascend guides);
+# docker/Dockerfile.cpu's CMD has the same (a test compares them).
+RECIPE_FLAGS := --reasoning-parser glm45 --tool-call-parser glm47 --enable-auto-tool-choice
+# More serve flags for make run, e.g. ARGS="--max-model-len 65536".
+ARGS    ?=
 
-.PHONY: all build run test vet fmt-check bench fuzz soak clean
+.PHONY: all build run test vet fmt-check bench fuzz soak clean \
+	image image-test image-ascend docker-engine docker-engine-stop
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/npuserve
 
-## run: serve the default tiny model on $(HOST):$(PORT) on the CPU backend.
+## run: serve $(MODEL) (default: the tiny model) on $(HOST):$(PORT) with
+## the GLM recipe's flags; the CPU backend unless ARGS say otherwise.
 run: build
-	$(BIN) serve $(MODEL) --host $(HOST) --port $(PORT)
+	$(BIN) serve $(MODEL) --host $(HOST) --port $(PORT) $(RECIPE_FLAGS) $(ARGS)
 
 ## test: formatting, vet and every unit and integration test (< 20 min on 2 cores),
 ## then the parity, engine, TP/DP/EP and serving tests again on the checking
@@ -87,5 +95,63 @@ soak:
 	NPUSERVE_HOSTILE_SECONDS=$(SOAK_SECONDS) NPUSERVE_HOSTILE_IDLE=$(SOAK_IDLE) \
 	  $(GO) test -count=1 -timeout 15m -run '^(TestServeSoak|TestServeHostile)$$' -v ./cmd/npuserve/
 
+## image: the CPU image $(IMAGE) (docker/Dockerfile.cpu, FROM scratch): a
+## static binary and the tiny model, staged in $(IMAGE_DIR). Starts a
+## Docker engine first if none answers (docker-engine).
+IMAGE      ?= npuserve:cpu
+IMAGE_DIR  := out/image/cpu
+image: docker-engine
+	rm -rf $(IMAGE_DIR)
+	mkdir -p $(IMAGE_DIR)/testdata/glm5next
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(IMAGE_DIR)/npuserve ./cmd/npuserve
+	cp -R testdata/glm5next/tiny $(IMAGE_DIR)/testdata/glm5next/
+	docker build -f docker/Dockerfile.cpu -t $(IMAGE) $(IMAGE_DIR)
+	@docker image ls $(IMAGE)
+
+## image-test: build the CPU image, then run the container tests (one
+## container serving; a head and a headless container over the RPC port).
+image-test: image
+	NPUSERVE_IMAGE=$(IMAGE) $(GO) test -count=1 -timeout 10m -run 'TestImage' -v ./docker/
+
+## image-ascend: the Ascend image (docker/Dockerfile: the Go image builds
+## the binary with cgo, CANN_IMAGE runs it). Needs both base images
+## (pulled from their registries); not built on this project's machines.
+ASCEND_IMAGE ?= npuserve:ascend
+CANN_IMAGE   ?= quay.io/ascend/cann:8.2.rc1-910b-ubuntu22.04-py3.11
+GO_IMAGE     ?= golang:1.26-bookworm
+image-ascend: docker-engine
+	docker build -f docker/Dockerfile --build-arg GO_IMAGE=$(GO_IMAGE) --build-arg CANN_IMAGE=$(CANN_IMAGE) -t $(ASCEND_IMAGE) .
+
+## docker-engine: a Docker engine that answers `docker info`. Installs
+## Debian's docker.io (apt-get, as root) when there is no dockerd, and
+## starts dockerd itself where no systemd runs it (log $(DOCKERD_LOG),
+## pid $(DOCKERD_PID); make docker-engine-stop stops it).
+DOCKERD_LOG ?= /var/log/npuserve-dockerd.log
+DOCKERD_PID ?= /run/npuserve-dockerd.pid
+docker-engine:
+	@if docker info >/dev/null 2>&1; then exit 0; fi; \
+	if ! command -v dockerd >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "docker-engine: no dockerd; install Debian's docker.io (as root: apt-get install docker.io)" >&2; exit 1; fi; \
+	  echo "docker-engine: installing Debian's docker.io"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io >/dev/null || exit 1; \
+	fi; \
+	if docker info >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(ps -o comm= -p 1)" = systemd ]; then \
+	  echo "docker-engine: systemctl start docker"; systemctl start docker || exit 1; \
+	else \
+	  echo "docker-engine: starting dockerd (log $(DOCKERD_LOG))"; \
+	  nohup dockerd >$(DOCKERD_LOG) 2>&1 & echo $$! >$(DOCKERD_PID); \
+	fi; \
+	for i in $$(seq 60); do docker info >/dev/null 2>&1 && exit 0; sleep 1; done; \
+	echo "docker-engine: dockerd did not answer within 60 s; see $(DOCKERD_LOG)" >&2; exit 1
+
+## docker-engine-stop: stop the dockerd that docker-engine started.
+docker-engine-stop:
+	@if [ -f $(DOCKERD_PID) ]; then \
+	  pid=$$(cat $(DOCKERD_PID)); kill $$pid 2>/dev/null; \
+	  for i in $$(seq 30); do kill -0 $$pid 2>/dev/null || break; sleep 1; done; \
+	  rm -f $(DOCKERD_PID); echo "docker-engine-stop: dockerd (pid $$pid) stopped"; \
+	else echo "docker-engine-stop: no dockerd started by make docker-engine"; fi
+
 clean:
-	rm -rf bin
+	rm -rf bin out/image

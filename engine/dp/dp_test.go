@@ -241,6 +241,11 @@ func TestRankFailures(t *testing.T) {
 		want string
 	}{
 		{"kill -9 headless", syscall.SIGKILL, nil, "DP rank 1 (node 127.0.0.1) is gone"},
+		// A clean stop (docker stop, a Kubernetes pod deletion): the
+		// node says it is leaving before its ranks' lockstep close ends
+		// the head's ranks cleanly, which the head would otherwise blame
+		// on its own DP rank 0.
+		{"SIGTERM headless (clean stop)", syscall.SIGTERM, nil, "DP rank 1 (node 127.0.0.1) is gone: its headless node is shutting down"},
 		// A frozen node: collectives with it block until their timeout
 		// (60 s by default); the missing heartbeats end them first.
 		{"frozen headless (SIGSTOP)", syscall.SIGSTOP, nil, "DP rank 1 (node 127.0.0.1) is gone: no heartbeat"},

@@ -356,6 +356,23 @@ func (h *Head) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, http.StatusBadRequest, "bad heartbeat: "+err.Error())
 		return
 	}
+	if req.Leaving != "" {
+		h.mu.Lock()
+		leaving := -1
+		for _, l := range req.Ranks {
+			if l.DPRank >= 0 && l.DPRank < len(h.ranks) && h.ranks[l.DPRank].joined && !h.ranks[l.DPRank].own {
+				leaving = l.DPRank
+				break
+			}
+		}
+		closing := h.closing
+		h.mu.Unlock()
+		if leaving >= 0 && !closing {
+			h.markDead(leaving, errors.New(req.Leaving))
+		}
+		writeJSON(w, http.StatusOK, HeartbeatResponse{State: "ok"})
+		return
+	}
 	now := time.Now()
 	h.mu.Lock()
 	for _, l := range req.Ranks {

@@ -162,6 +162,7 @@ func RunHeadless(ctx context.Context, cfg HeadlessConfig) error {
 		procs.stop(0)
 		return fmt.Errorf("DP rank %d stopped: %w", e.dp, e.describe())
 	case <-ctx.Done():
+		hb.leave("its headless node is shutting down (the node's process was signalled to stop)")
 		procs.stop(3 * time.Second)
 		return nil
 	}
@@ -283,6 +284,19 @@ func (hb *heartbeater) run(ctx context.Context) error {
 			last = time.Now()
 		}
 	}
+}
+
+// leave tells the head, before the node's ranks stop, that this node's DP
+// ranks are leaving the group and why (best effort, bounded: a head that
+// does not answer within one second learns it from the heartbeats).
+func (hb *heartbeater) leave(reason string) {
+	req := HeartbeatRequest{Node: hb.cfg.Node, Leaving: reason}
+	for i := 0; i < hb.cfg.Local; i++ {
+		req.Ranks = append(req.Ranks, RankLoad{DPRank: hb.cfg.Start + i})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	post(ctx, hb.client, hb.url, req, nil)
 }
 
 // post sends v as JSON and decodes a 200 answer into out; a 4xx answer is

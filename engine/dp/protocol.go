@@ -75,6 +75,12 @@ type RankLoad struct {
 type HeartbeatRequest struct {
 	Node  string     `json:"node"`
 	Ranks []RankLoad `json:"ranks"`
+	// Leaving, when set, says why the node's DP ranks (Ranks) are leaving
+	// the group: a headless node stopped cleanly (SIGTERM, as docker stop
+	// and Kubernetes send) tells the head before its ranks stop, so that
+	// the head's 503 names that node rather than the head's own ranks,
+	// which the stopping ranks' lockstep close ends cleanly.
+	Leaving string `json:"leaving,omitempty"`
 }
 
 // HeartbeatResponse tells a node whether the group is still up.
