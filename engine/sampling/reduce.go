@@ -208,108 +208,45 @@ func (r *Reduced) check() error {
 // values and the same first error. Keep the two in step: the reduce tests
 // compare them on random requests.
 func (s *Sampler) processReduced(v int32, touched []int32, cur []float32) error {
-	inRange := func(id int32) error {
-		if id < 0 || id >= v {
-			return fmt.Errorf("sampling: token id %d outside the vocab row of %d logits", id, v)
-		}
-		return nil
+	return processRow(s, reducedRow{v, touched, cur})
+}
+
+// reducedRow is the touched ids of a vocabulary row of v logits, their
+// values in cur (raw on entry, processed in place).
+type reducedRow struct {
+	v       int32
+	touched []int32
+	cur     []float32
+}
+
+func (r reducedRow) size() int32 { return r.v }
+
+// at finds an in-range id's slot in cur.
+func (r reducedRow) at(id int32) (int, error) {
+	if i, ok := slices.BinarySearch(r.touched, id); ok {
+		return i, nil
 	}
-	// at finds an in-range id's slot in cur.
-	at := func(id int32) (int, error) {
-		if i, ok := slices.BinarySearch(touched, id); ok {
-			return i, nil
-		}
-		return 0, fmt.Errorf("%w: touched ids lack %d", ErrNotReducible, id)
+	return 0, fmt.Errorf("%w: touched ids lack %d", ErrNotReducible, id)
+}
+
+func (r reducedRow) get(id int32) (float32, error) {
+	i, err := r.at(id)
+	if err != nil {
+		return 0, err
 	}
-	// set is Sampler.set on the slot of id.
-	set := func(i int, x float32) error {
-		old := cur[i]
-		if old != old || old > math.MaxFloat32 {
-			return ErrBadLogits
-		}
-		cur[i] = x
-		return nil
+	return r.cur[i], nil
+}
+
+// set is Sampler.set on the slot of id.
+func (r reducedRow) set(id int32, x float32) error {
+	i, err := r.at(id)
+	if err != nil {
+		return err
 	}
-	if len(s.out) < s.minTokens {
-		for _, id := range s.allStop {
-			if err := inRange(id); err != nil {
-				return err
-			}
-			i, err := at(id)
-			if err != nil {
-				return err
-			}
-			if err := set(i, float32(math.Inf(-1))); err != nil {
-				return err
-			}
-		}
+	if old := r.cur[i]; old != old || old > math.MaxFloat32 {
+		return ErrBadLogits
 	}
-	for _, b := range s.bias {
-		if err := inRange(b.id); err != nil {
-			return err
-		}
-		i, err := at(b.id)
-		if err != nil {
-			return err
-		}
-		if err := set(i, cur[i]+b.bias); err != nil {
-			return err
-		}
-	}
-	if s.rep != 1 {
-		inv := 1 / s.rep
-		penalize := func(id int32) error {
-			if err := inRange(id); err != nil {
-				return err
-			}
-			i, err := at(id)
-			if err != nil {
-				return err
-			}
-			x := cur[i]
-			if x > 0 {
-				x *= inv
-			} else {
-				x *= s.rep
-			}
-			return set(i, x)
-		}
-		for w, word := range s.prompt {
-			for word != 0 {
-				id := int32(w*64 + bits.TrailingZeros64(word))
-				word &= word - 1
-				if err := penalize(id); err != nil {
-					return err
-				}
-			}
-		}
-		for _, id := range s.outUnique {
-			if !s.inPrompt(id) {
-				if err := penalize(id); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	if s.freq != 0 || s.pres != 0 {
-		for _, id := range s.outUnique {
-			if err := inRange(id); err != nil {
-				return err
-			}
-			i, err := at(id)
-			if err != nil {
-				return err
-			}
-			// The same expression as process's: a platform that fuses the
-			// multiply-subtract fuses both alike.
-			x := cur[i]
-			x -= s.freq * float32(s.counts[id])
-			x -= s.pres
-			if err := set(i, x); err != nil {
-				return err
-			}
-		}
-	}
+	r.cur[i] = x
 	return nil
 }
 

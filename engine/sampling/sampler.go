@@ -301,32 +301,68 @@ func (s *Sampler) set(logits []float32, id int32, v float32) error {
 }
 
 // process applies the argmax-variant logits processors and the penalties
-// in place (sparse: only the touched ids change).
+// in place (sparse: only the touched ids change) to the full row.
 func (s *Sampler) process(logits []float32) error {
-	v := int32(len(logits))
+	return processRow(s, fullRow{s, logits})
+}
+
+// logitRow is what the processors read and write of a row: the full
+// vocabulary row (Sample) or the touched ids of a reduced one
+// (SampleReduced). One implementation of the processors serves both, so
+// the two paths compute the same float32 expressions in the same order.
+type logitRow interface {
+	// size is the vocabulary row's length.
+	size() int32
+	// get returns logits[id] for an in-range id.
+	get(id int32) (float32, error)
+	// set overwrites logits[id]: ErrBadLogits when the old value is NaN
+	// or +Inf (Sampler.set).
+	set(id int32, v float32) error
+}
+
+// fullRow is a whole vocabulary row, with the overwritten values saved
+// for Sample's restore.
+type fullRow struct {
+	s      *Sampler
+	logits []float32
+}
+
+func (r fullRow) size() int32                   { return int32(len(r.logits)) }
+func (r fullRow) get(id int32) (float32, error) { return r.logits[id], nil }
+func (r fullRow) set(id int32, v float32) error { return r.s.set(r.logits, id, v) }
+
+// processRow is vLLM's processor order (see Sample) on row.
+func processRow[R logitRow](s *Sampler, row R) error {
+	v := row.size()
 	inRange := func(id int32) error {
 		if id < 0 || id >= v {
 			return fmt.Errorf("sampling: token id %d outside the vocab row of %d logits", id, v)
 		}
 		return nil
 	}
+	// update sets logits[id] = f(logits[id]) for an id that must be in
+	// the row.
+	update := func(id int32, f func(x float32) float32) error {
+		if err := inRange(id); err != nil {
+			return err
+		}
+		x, err := row.get(id)
+		if err != nil {
+			return err
+		}
+		return row.set(id, f(x))
+	}
 	// min_tokens: mask EOS and stop ids.
 	if len(s.out) < s.minTokens {
 		for _, id := range s.allStop {
-			if err := inRange(id); err != nil {
-				return err
-			}
-			if err := s.set(logits, id, float32(math.Inf(-1))); err != nil {
+			if err := update(id, func(float32) float32 { return float32(math.Inf(-1)) }); err != nil {
 				return err
 			}
 		}
 	}
 	// Logit bias.
 	for _, b := range s.bias {
-		if err := inRange(b.id); err != nil {
-			return err
-		}
-		if err := s.set(logits, b.id, logits[b.id]+b.bias); err != nil {
+		if err := update(b.id, func(x float32) float32 { return x + b.bias }); err != nil {
 			return err
 		}
 	}
@@ -335,16 +371,12 @@ func (s *Sampler) process(logits []float32) error {
 	if s.rep != 1 {
 		inv := 1 / s.rep
 		penalize := func(id int32) error {
-			if err := inRange(id); err != nil {
-				return err
-			}
-			x := logits[id]
-			if x > 0 {
-				x *= inv
-			} else {
-				x *= s.rep
-			}
-			return s.set(logits, id, x)
+			return update(id, func(x float32) float32 {
+				if x > 0 {
+					return x * inv
+				}
+				return x * s.rep
+			})
 		}
 		for w, word := range s.prompt {
 			for word != 0 {
@@ -366,13 +398,11 @@ func (s *Sampler) process(logits []float32) error {
 	// Frequency and presence penalties over output tokens.
 	if s.freq != 0 || s.pres != 0 {
 		for _, id := range s.outUnique {
-			if err := inRange(id); err != nil {
-				return err
-			}
-			x := logits[id]
-			x -= s.freq * float32(s.counts[id])
-			x -= s.pres
-			if err := s.set(logits, id, x); err != nil {
+			if err := update(id, func(x float32) float32 {
+				x -= s.freq * float32(s.counts[id])
+				x -= s.pres
+				return x
+			}); err != nil {
 				return err
 			}
 		}
