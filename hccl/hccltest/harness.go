@@ -108,7 +108,7 @@ var errHung = errors.New("hung")
 // poisoned.
 func RunFailures(t *testing.T, f Factory, caps Caps) {
 	const timeout = 1200 * time.Millisecond // aborts must beat it by a margin that holds on a loaded 2-core machine
-	slack := 3 * time.Second // busy CI machines
+	slack := 3 * time.Second                // busy CI machines
 	opts := hccl.Options{Timeout: timeout, InitTimeout: 20 * time.Second, Name: "conformance"}
 
 	// within runs fn and reports a hang (still blocked well past limit)
