@@ -33,6 +33,7 @@ run: build
 ASYNC_PKGS := ./engine/model/glm5next/ ./engine/core/ ./engine/worker/ ./engine/dp/ ./cmd/npuserve/
 test: fmt-check vet
 	$(GO) test -count=1 -timeout 20m ./...
+	CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/npuserve # the static build the CPU image ships
 	NPUSERVE_TEST_DEVICE=cpu-async $(GO) test -count=1 -timeout 20m $(ASYNC_PKGS)
 
 ## test-cuda: the CUDA backend's tests with the GPU required (they fail,

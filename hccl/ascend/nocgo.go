@@ -29,3 +29,6 @@ func NewRootInfo(int) (hccl.RootInfo, error) { return hccl.RootInfo{}, errNoCgo 
 
 // DeviceCount fails without cgo.
 func DeviceCount() (int, error) { return 0, errNoCgo }
+
+// Libraries returns no paths without cgo (Available always fails).
+func Libraries() (acl, hcclLib, hcomm string) { return "", "", "" }
