@@ -80,3 +80,14 @@ func NarrowHalf(dst []uint16, dt DType, src []float32) {
 		dst[i] = F32ToF16(v)
 	}
 }
+
+// Convertible reports whether the converting ops (Copy, Gather, Scatter,
+// Embedding) convert src elements to dst: between F32, BF16, F16 and I32,
+// and F8E4M3 to F32. Every backend checks its arguments against it.
+func Convertible(dst, src DType) bool {
+	if src == F8E4M3 && dst == F32 {
+		return true
+	}
+	conv := func(dt DType) bool { return dt == F32 || dt == BF16 || dt == F16 || dt == I32 }
+	return conv(dst) && conv(src)
+}

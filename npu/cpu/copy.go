@@ -56,21 +56,10 @@ func (be *Backend) Fill(dst *npu.Tensor, v float32) {
 	}
 }
 
-// convertible reports whether convertBytes handles dt on either side of a
-// conversion between different dtypes.
-func convertible(dt npu.DType) bool {
-	switch dt {
-	case npu.F32, npu.BF16, npu.F16, npu.I32:
-		return true
-	}
-	return false
-}
-
+// checkConvertible panics unless the converting op converts src to dst
+// (npu.Convertible).
 func checkConvertible(op string, dst, src npu.DType) {
-	if src == npu.F8E4M3 && dst == npu.F32 {
-		return
-	}
-	if !convertible(dst) || !convertible(src) {
+	if !npu.Convertible(dst, src) {
 		panic(fmt.Sprintf("cpu: %s cannot convert %v to %v", op, src, dst))
 	}
 }
