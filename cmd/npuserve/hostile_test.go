@@ -159,6 +159,7 @@ func TestServeHostile(t *testing.T) {
 				defer conns.Done()
 				defer open.Add(-1)
 				io.Copy(io.Discard, br)
+				c.Close() // the server closed it: release the descriptor now, not at the end
 				evicted.Add(1)
 			}()
 		})
