@@ -1,6 +1,7 @@
 package npu
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/x448/float16"
@@ -90,4 +91,34 @@ func Convertible(dst, src DType) bool {
 	}
 	conv := func(dt DType) bool { return dt == F32 || dt == BF16 || dt == F16 || dt == I32 }
 	return conv(dst) && conv(src)
+}
+
+// MatMulDims checks MatMul's operands (x [..., K], w [..., K] with an
+// F32, BF16 or F16 dtype, out [..., N] of M·N elements; leading dimensions
+// flattened) and returns M, N and K, or the error every backend panics
+// with (prefixed with its name).
+func MatMulDims(out, x, w *Tensor) (M, N, K int, err error) {
+	if w.Rank() < 2 || x.Rank() < 1 {
+		return 0, 0, 0, fmt.Errorf("MatMul x %v, w %v: want x [M,K], w [N,K]", x, w)
+	}
+	switch w.DType() {
+	case F32, BF16, F16:
+	default:
+		return 0, 0, 0, fmt.Errorf("MatMul weight %v: want F32, BF16 or F16", w)
+	}
+	K = w.Dim(-1)
+	if x.Dim(-1) != K {
+		return 0, 0, 0, fmt.Errorf("MatMul x %v and w %v disagree on K", x, w)
+	}
+	N, M = 1, 1
+	for _, d := range w.Shape()[:w.Rank()-1] {
+		N *= d
+	}
+	for _, d := range x.Shape()[:x.Rank()-1] {
+		M *= d
+	}
+	if out.Numel() != M*N || (out.Rank() > 0 && out.Dim(-1) != N) {
+		return 0, 0, 0, fmt.Errorf("MatMul out %v, want [%d,%d] for x %v, w %v", out, M, N, x, w)
+	}
+	return M, N, K, nil
 }

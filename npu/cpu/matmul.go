@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"fmt"
 	"os"
 	"sync"
 
@@ -19,27 +18,9 @@ import (
 // the CPU has it (AVX-512 or AVX2+FMA+F16C) unless NPUSERVE_CPU_SIMD=0
 // forces the portable Go kernels.
 func (be *Backend) MatMul(out, x, w *npu.Tensor) {
-	if w.Rank() < 2 || x.Rank() < 1 {
-		panic(fmt.Sprintf("cpu: MatMul x %v, w %v: want x [M,K], w [N,K]", x, w))
-	}
-	switch w.DType() {
-	case npu.F32, npu.BF16, npu.F16:
-	default:
-		panic(fmt.Sprintf("cpu: MatMul weight %v: want F32, BF16 or F16", w))
-	}
-	K := w.Dim(-1)
-	if x.Dim(-1) != K {
-		panic(fmt.Sprintf("cpu: MatMul x %v and w %v disagree on K", x, w))
-	}
-	N, M := 1, 1
-	for _, d := range w.Shape()[:w.Rank()-1] {
-		N *= d
-	}
-	for _, d := range x.Shape()[:x.Rank()-1] {
-		M *= d
-	}
-	if out.Numel() != M*N || (out.Rank() > 0 && out.Dim(-1) != N) {
-		panic(fmt.Sprintf("cpu: MatMul out %v, want [%d,%d] for x %v, w %v", out, M, N, x, w))
+	M, N, K, err := npu.MatMulDims(out, x, w)
+	if err != nil {
+		panic("cpu: " + err.Error())
 	}
 	o, xv := F32(out), F32(x)
 	if M == 0 || N == 0 {

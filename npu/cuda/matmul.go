@@ -47,23 +47,9 @@ const maxPlans = 256
 // x and out are F32; w is F32, BF16 or F16. Leading dimensions are
 // flattened: K is w's last dimension, N = w.Numel()/K, M = x.Numel()/K.
 func (b *Backend) MatMul(out, x, w *npu.Tensor) {
-	if w.Rank() < 2 || x.Rank() < 1 {
-		panic(fmt.Sprintf("cuda: MatMul x %v, w %v: want x [M,K], w [N,K]", x, w))
-	}
-	wantFloat("MatMul", w)
-	K := w.Dim(-1)
-	if x.Dim(-1) != K {
-		panic(fmt.Sprintf("cuda: MatMul x %v and w %v disagree on K", x, w))
-	}
-	N, M := 1, 1
-	for _, d := range w.Shape()[:w.Rank()-1] {
-		N *= d
-	}
-	for _, d := range x.Shape()[:x.Rank()-1] {
-		M *= d
-	}
-	if out.Numel() != M*N || (out.Rank() > 0 && out.Dim(-1) != N) {
-		panic(fmt.Sprintf("cuda: MatMul out %v, want [%d,%d] for x %v, w %v", out, M, N, x, w))
+	M, N, K, err := npu.MatMulDims(out, x, w)
+	if err != nil {
+		panic("cuda: " + err.Error())
 	}
 	wantF32("MatMul", out, x)
 	if M == 0 || N == 0 {

@@ -149,7 +149,7 @@ func TestArgumentChecks(t *testing.T) {
 		{"TopK k", "TopK k=", func() { b.TopK(ft(f32, 2, 9), ft(i32, 2, 9), ft(f32, 2, 8), 9) }},
 		{"MatMul K", "disagree on K", func() { b.MatMul(ft(f32, 2, 3), ft(f32, 2, 5), ft(bf, 3, 4)) }},
 		{"MatMul out", "want [2,3]", func() { b.MatMul(ft(f32, 2, 4), ft(f32, 2, 5), ft(bf, 3, 5)) }},
-		{"MatMul weight", "want an F32, BF16 or F16 weight", func() { b.MatMul(ft(f32, 2, 3), ft(f32, 2, 5), ft(i32, 3, 5)) }},
+		{"MatMul weight", "MatMul weight I32[3,5]: want F32, BF16 or F16", func() { b.MatMul(ft(f32, 2, 3), ft(f32, 2, 5), ft(i32, 3, 5)) }},
 		{"HCPre streams", "streams", func() {
 			b.HCPre(ft(f32, 1, 4), ft(f32, 1, 2), ft(f32, 1, 2, 2), ft(f32, 1, 3, 4), ft(f32, 8, 8), ft(f32, 8), ft(f32, 3), npu.HCParams{Streams: 2})
 		}},
