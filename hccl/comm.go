@@ -301,6 +301,52 @@ type Transport interface {
 	Available() error
 	// Init joins the communicator described by ri as rank of size.
 	Init(ri RootInfo, rank, size int, opts Options) (Comm, error)
+	// NewRootInfo creates the root info of a new communicator of this
+	// transport, in the process of its rank 0 (see RootOptions).
+	NewRootInfo(o RootOptions) (RootInfo, error)
+}
+
+// RootOptions say where a new communicator's root lives: the TCP
+// transport listens on ListenHost, HCCL asks the runtime on Device.
+type RootOptions struct {
+	// ListenHost is the node's address on the network the ranks share
+	// (TCP; default 127.0.0.1).
+	ListenHost string
+	// Device is the logical accelerator id of rank 0 (HCCL).
+	Device int
+}
+
+// NewRootInfoFor creates a root info with the transport called name
+// ("" is TCP): how a launcher that knows only its device's transport
+// (npu.TransportOf) makes the root infos of its groups.
+func NewRootInfoFor(name string, o RootOptions) (RootInfo, error) {
+	if name == "" {
+		name = TransportTCP
+	}
+	t, err := lookup(name)
+	if err != nil {
+		return RootInfo{}, err
+	}
+	if err := t.Available(); err != nil {
+		return RootInfo{}, err
+	}
+	return t.NewRootInfo(o)
+}
+
+// HostBuffers is implemented by communicators whose tensors live in host
+// memory (the TCP transport): Memory allocates tensors they can move.
+type HostBuffers interface {
+	Memory() npu.Memory
+}
+
+// MemoryOf returns the memory c's tensors must be allocated in, when c
+// says (HostBuffers); device transports move the tensors of their
+// device's backend, which the caller holds.
+func MemoryOf(c Comm) (npu.Memory, error) {
+	if h, ok := c.(HostBuffers); ok {
+		return h.Memory(), nil
+	}
+	return nil, fmt.Errorf("hccl: communicator %T does not provide host buffers: allocate its tensors on the device backend it was created for: %w", c, ErrInvalid)
 }
 
 // Transport names.
@@ -325,6 +371,18 @@ func Register(name string, t Transport) {
 	transports[name] = t
 }
 
+// transportNames lists the registered transports, sorted.
+func transportNames() []string {
+	regMu.Lock()
+	defer regMu.Unlock()
+	names := make([]string, 0, len(transports))
+	for n := range transports {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
 func lookup(name string) (Transport, error) {
 	regMu.Lock()
 	t, ok := transports[name]
@@ -333,7 +391,7 @@ func lookup(name string) (Transport, error) {
 		if name == TransportHCCL {
 			return nil, fmt.Errorf("hccl: transport %q is not linked into this binary (import github.com/npuserve/npuserve/hccl/ascend): %w", name, ErrUnavailable)
 		}
-		return nil, fmt.Errorf("hccl: unknown transport %q (known: tcp, hccl): %w", name, ErrUnavailable)
+		return nil, fmt.Errorf("hccl: transport %q is not in this build (it has: %s): %w", name, strings.Join(transportNames(), ", "), ErrUnavailable)
 	}
 	return t, nil
 }

@@ -34,6 +34,9 @@ type hostBuf struct {
 
 var hostCopier cpu.Backend // Download/Upload need no backend state
 
+// hostMemory allocates the tensors the TCP transport moves (HostBuffers).
+var hostMemory npu.Memory = cpu.New(1)
+
 // hostBytes returns a byte view of t, which must live on the CPU backend.
 func hostBytes(t *npu.Tensor) (hostBuf, error) {
 	if t == nil {

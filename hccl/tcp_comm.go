@@ -36,6 +36,10 @@ type tcpComm struct {
 
 var _ Comm = (*tcpComm)(nil)
 
+// Memory implements HostBuffers: the TCP transport moves host memory, the
+// CPU backend's tensors.
+func (c *tcpComm) Memory() npu.Memory { return hostMemory }
+
 func newTCPComm(rank, size int, opts Options, links []*link) *tcpComm {
 	if links == nil {
 		links = make([]*link, size)

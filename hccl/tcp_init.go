@@ -36,6 +36,15 @@ func init() { Register(TransportTCP, tcpTransport{}) }
 
 func (tcpTransport) Available() error { return nil }
 
+// NewRootInfo listens on a free port of o.ListenHost (NewRootInfo).
+func (tcpTransport) NewRootInfo(o RootOptions) (RootInfo, error) {
+	host := o.ListenHost
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return NewRootInfo(net.JoinHostPort(host, "0"))
+}
+
 func (tcpTransport) Init(ri RootInfo, rank, size int, opts Options) (Comm, error) {
 	addr, session, err := ri.tcpAddr()
 	if err != nil {

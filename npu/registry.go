@@ -31,6 +31,10 @@ type Registration struct {
 	Accelerator bool
 	Priority    int
 	Open        OpenFunc
+	// Transport names the hccl transport that moves this backend's
+	// tensors between ranks ("": "tcp", host memory; "hccl" for Ascend
+	// device memory). Launchers make their groups' root infos with it.
+	Transport string
 }
 
 var (
@@ -71,6 +75,16 @@ func Lookup(name string) (Registration, bool) {
 	defer regMu.Unlock()
 	r, ok := registry[name]
 	return r, ok
+}
+
+// TransportOf is the collective transport of the backend called name
+// (Registration.Transport; "tcp" for host-memory backends and unknown
+// names).
+func TransportOf(name string) string {
+	if r, ok := Lookup(name); ok && r.Transport != "" {
+		return r.Transport
+	}
+	return "tcp"
 }
 
 // Open opens the backend called name. "auto" opens the first accelerator

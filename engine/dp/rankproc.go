@@ -41,6 +41,9 @@ type RankRole struct {
 	Host string `json:"host"`
 	// HeartbeatMS is the heartbeat interval the head expects.
 	HeartbeatMS int `json:"heartbeat_ms"`
+	// LocalRank is the rank's index among this node's ranks: the
+	// accelerator it drives.
+	LocalRank int `json:"local_rank"`
 	// ReportFD, when > 0, is a pipe to the node's main process: a rank
 	// that fails writes a RankReport there before it exits.
 	ReportFD int `json:"report_fd,omitempty"`
@@ -101,7 +104,7 @@ func RunRank(ctx context.Context, spec RankSpec, settings Settings, role RankRol
 	}
 	startCh := make(chan started, 1)
 	go func() {
-		r, g, err := startRank(spec, ri, role.DPRank, role.TPRank)
+		r, g, err := startRank(spec, ri, role.DPRank, role.TPRank, role.LocalRank)
 		startCh <- started{r, g, err}
 	}()
 	var s started
@@ -232,6 +235,7 @@ func spawnRanks(topo worker.Topology, start, local int, base RankRole) (*rankPro
 		for t := 0; t < topo.TP; t++ {
 			role := base
 			role.DPRank, role.TPRank, role.ReportFD = d, t, 3
+			role.LocalRank = (d-start)*topo.TP + t
 			b, _ := json.Marshal(role)
 			rd, wr, err := os.Pipe()
 			if err != nil {

@@ -1,8 +1,8 @@
 package dp
 
 import (
+	"cmp"
 	"fmt"
-	"github.com/npuserve/npuserve/npu"
 	"time"
 
 	"github.com/npuserve/npuserve/engine/config"
@@ -10,6 +10,7 @@ import (
 	"github.com/npuserve/npuserve/engine/model/glm5next"
 	"github.com/npuserve/npuserve/engine/worker"
 	"github.com/npuserve/npuserve/hccl"
+	"github.com/npuserve/npuserve/npu"
 )
 
 // RankSpec says how a node starts its device ranks (one OS process per
@@ -73,26 +74,35 @@ func (d *dpRank) close() {
 // process: it joins the world communicator of ri, builds its groups and
 // loads its share of the model. Every device rank of the deployment must
 // start for any Init to return.
-func startRank(spec RankSpec, ri hccl.RootInfo, dp, tp int) (*worker.Rank, *worker.Groups, error) {
+func startRank(spec RankSpec, ri hccl.RootInfo, dp, tp, local int) (*worker.Rank, *worker.Groups, error) {
 	topo := spec.Topology
 	threads := spec.Threads
 	if threads <= 0 {
 		threads = 1
 	}
+	// The device first: its transport makes the groups' root infos, and
+	// the rank's local index on this node is its accelerator.
+	dev := cmp.Or(spec.Device, "cpu")
+	be, err := npu.Open(dev, npu.OpenOptions{Device: local, Threads: threads})
+	if err != nil {
+		return nil, nil, fmt.Errorf("DP rank %d TP rank %d: --device %s: %w", dp, tp, dev, err)
+	}
 	o := spec.Comm
-	o.Name = "world"
+	o.Name, o.Device = "world", local
 	world, err := hccl.Init(ri, dp*topo.TP+tp, topo.Size(), o)
 	if err != nil {
 		return nil, nil, fmt.Errorf("DP rank %d TP rank %d: joining the world communicator: %w", dp, tp, err)
 	}
-	groups, err := worker.Join(world, topo, worker.JoinOptions{ListenHost: spec.ListenHost, Comm: spec.Comm})
+	jo := worker.JoinOptions{ListenHost: spec.ListenHost, Comm: spec.Comm, Transport: npu.TransportOf(be.Name())}
+	jo.Comm.Device = local
+	groups, err := worker.Join(world, topo, jo)
 	if err != nil {
 		world.Close()
 		return nil, nil, fmt.Errorf("DP rank %d TP rank %d: %w", dp, tp, err)
 	}
 	r, err := worker.Start(worker.Config{Topology: topo, DPRank: dp, TPRank: tp, Groups: groups,
 		ModelDir: spec.ModelDir, Load: spec.Load, Random: spec.Random, RandomDType: spec.RandomDType, Seed: spec.Seed,
-		Device: spec.Device, CacheDType: spec.CacheDType, Threads: threads, Engine: spec.Engine, IdleWait: spec.IdleWait})
+		Backend: be, CacheDType: spec.CacheDType, Threads: threads, Engine: spec.Engine, IdleWait: spec.IdleWait})
 	if err != nil {
 		err = fmt.Errorf("DP rank %d TP rank %d: %w", dp, tp, err)
 		groups.Abort(err)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/npuserve/npuserve/hccl"
 	"github.com/npuserve/npuserve/npu"
-	"github.com/npuserve/npuserve/npu/cpu"
 )
 
 // Topology is the DP×TP(×EP) layout of a deployment. Ranks are numbered
@@ -79,8 +78,13 @@ type JoinOptions struct {
 	// default 127.0.0.1, enough for one host).
 	ListenHost string
 	// Comm are the options of the new communicators (Name is set per
-	// group: "tp", "dp", "ep").
+	// group: "tp", "dp", "ep"); Comm.Device is the rank's accelerator.
 	Comm hccl.Options
+	// Transport is the hccl transport of the groups: the one that moves
+	// the rank's device tensors (npu.TransportOf of its backend; "" is
+	// tcp). The world communicator, which only bootstraps the groups,
+	// may be another (the TCP transport over the DP RPC network).
+	Transport string
 }
 
 // maxRootInfo bounds a root info's serialised length (HCCL's are about
@@ -89,10 +93,12 @@ const maxRootInfo = 8 << 10
 
 // Join creates the rank's TP, DP and EP communicators from the world
 // communicator (every rank calls it with the same topology): the root of
-// each group (its lowest global rank) creates a TCP root info, every rank
+// each group (its lowest global rank) creates a root info, every rank
 // learns them through one AllGather over world, and then joins its groups
 // in a fixed order (TP, DP, EP), so that no two ranks wait on each other
-// in a cycle. The returned Groups own world.
+// in a cycle. Root infos come from opt.Transport (hccl.NewRootInfoFor),
+// and the exchange's buffers from the memory world says its tensors live
+// in (hccl.MemoryOf). The returned Groups own world.
 func Join(world hccl.Comm, topo Topology, opt JoinOptions) (*Groups, error) {
 	if err := topo.Check(); err != nil {
 		return nil, err
@@ -143,9 +149,12 @@ func Join(world hccl.Comm, topo Topology, opt JoinOptions) (*Groups, error) {
 		if !gr.in || gr.root != g {
 			continue
 		}
-		ri, err := hccl.NewRootInfo(host + ":0")
+		ri, err := hccl.NewRootInfoFor(opt.Transport, hccl.RootOptions{ListenHost: host, Device: opt.Comm.Device})
 		if err != nil {
-			return nil, fmt.Errorf("worker: %s group root info: %w", gr.name, err)
+			// The peers wait for this rank's root infos: tell them.
+			err = fmt.Errorf("worker: rank %d: %s group root info: %w", g, gr.name, err)
+			world.Abort(err)
+			return nil, err
 		}
 		made = append(made, ri)
 		s := ri.String()
@@ -155,7 +164,10 @@ func Join(world hccl.Comm, topo Topology, opt JoinOptions) (*Groups, error) {
 		binary.LittleEndian.PutUint16(mine[k*slot:], uint16(len(s)))
 		copy(mine[k*slot+2:], s)
 	}
-	be := cpu.New(1) // the bootstrap world is the TCP transport: host tensors
+	be, err := hccl.MemoryOf(world)
+	if err != nil {
+		return nil, fmt.Errorf("worker: sharing root infos over the world communicator: %w", err)
+	}
 	in, err := be.FromHost(npu.U8, mine, len(mine))
 	if err != nil {
 		return nil, err

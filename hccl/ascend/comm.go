@@ -33,6 +33,8 @@ func (transport) Init(ri hccl.RootInfo, rank, size int, opts hccl.Options) (hccl
 	return initComm(ri, rank, size, opts)
 }
 
+func (transport) NewRootInfo(o hccl.RootOptions) (hccl.RootInfo, error) { return NewRootInfo(o.Device) }
+
 // stuckGrace is how long past an operation's timeout the device thread may
 // stay inside CANN before it is declared stuck.
 const stuckGrace = 5 * time.Second

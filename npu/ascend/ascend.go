@@ -21,7 +21,7 @@ import (
 )
 
 func init() {
-	npu.Register(npu.Registration{Name: "ascend", Accelerator: true, Priority: 0, Open: open})
+	npu.Register(npu.Registration{Name: "ascend", Accelerator: true, Priority: 0, Open: open, Transport: "hccl"})
 }
 
 func open(o npu.OpenOptions) (npu.Backend, error) {

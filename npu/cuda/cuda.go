@@ -23,7 +23,7 @@ import (
 )
 
 func init() {
-	npu.Register(npu.Registration{Name: "cuda", Accelerator: true, Priority: 1, Open: open})
+	npu.Register(npu.Registration{Name: "cuda", Accelerator: true, Priority: 1, Open: open, Transport: "nccl"})
 }
 
 func open(o npu.OpenOptions) (npu.Backend, error) {
