@@ -21,7 +21,9 @@ func (transport) Available() error { return errNoCgo }
 
 func (transport) Init(hccl.RootInfo, int, int, hccl.Options) (hccl.Comm, error) { return nil, errNoCgo }
 
-func (transport) NewRootInfo(hccl.RootOptions) (hccl.RootInfo, error) { return hccl.RootInfo{}, errNoCgo }
+func (transport) NewRootInfo(hccl.RootOptions) (hccl.RootInfo, error) {
+	return hccl.RootInfo{}, errNoCgo
+}
 
 // Available says why the HCCL transport cannot be used: always, without cgo.
 func Available() error { return errNoCgo }
