@@ -16,6 +16,7 @@ import (
 	"github.com/npuserve/npuserve/engine/config"
 	"github.com/npuserve/npuserve/engine/kvcache"
 	"github.com/npuserve/npuserve/engine/model/glm5next"
+	"github.com/npuserve/npuserve/npu"
 	"github.com/urfave/cli/v2"
 )
 
@@ -106,7 +107,14 @@ func runBenchDecode(c *cli.Context) error {
 	if err != nil {
 		return runError("%v", err)
 	}
-	bw := copyBandwidth(max(backendThreads(be), 1))
+	var bw float64
+	if be.Info().Accelerator {
+		if bw, err = deviceCopyBandwidth(be); err != nil {
+			return runError("measuring the device's copy bandwidth: %v", err)
+		}
+	} else {
+		bw = copyBandwidth(max(backendThreads(be), 1))
+	}
 	pc := cfg.ParamCount()
 	wsize := int64(2)
 	if dt == "float32" {
@@ -210,6 +218,40 @@ func benchDecodeOnce(m *glm5next.Model, B, ctxLen, steps int) (decodeResult, err
 	}
 	ms := float64(elapsed.Microseconds()) / 1e3 / float64(steps)
 	return decodeResult{Batch: B, Context: ctxLen, Steps: steps, MsPerStep: ms, TokensPerS: float64(B) * 1e3 / ms}, nil
+}
+
+// deviceCopyBandwidth measures an accelerator's memory bandwidth the
+// same way as copyBandwidth, with the backend's Copy of a 1 GiB tensor
+// (bytes read + written per second, best of five timed batches of ten
+// copies, each batch ended by Sync).
+func deviceCopyBandwidth(be npu.Backend) (float64, error) {
+	const n = 256 << 20 // F32 elements: 1 GiB
+	src, err := be.Alloc(npu.F32, n)
+	if err != nil {
+		return 0, err
+	}
+	defer be.Free(src)
+	dst, err := be.Alloc(npu.F32, n)
+	if err != nil {
+		return 0, err
+	}
+	defer be.Free(dst)
+	be.Copy(dst, src) // warm up
+	if err := be.Sync(); err != nil {
+		return 0, err
+	}
+	best := 0.0
+	for rep := 0; rep < 5; rep++ {
+		t0 := time.Now()
+		for range 10 {
+			be.Copy(dst, src)
+		}
+		if err := be.Sync(); err != nil {
+			return 0, err
+		}
+		best = max(best, 2*float64(10*4*n)/time.Since(t0).Seconds())
+	}
+	return best, nil
 }
 
 // copyBandwidth measures memory copy bandwidth (bytes read + written per

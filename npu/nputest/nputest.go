@@ -14,6 +14,7 @@ import (
 	"github.com/npuserve/npuserve/npu"
 	_ "github.com/npuserve/npuserve/npu/cpu"      // registers "cpu"
 	_ "github.com/npuserve/npuserve/npu/cpuasync" // registers "cpu-async"
+	_ "github.com/npuserve/npuserve/npu/cuda"     // registers "cuda" (tests on the GPU host)
 )
 
 // EnvDevice is the environment variable naming the test device.

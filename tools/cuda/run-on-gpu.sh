@@ -4,6 +4,10 @@
 #
 #   tools/cuda/run-on-gpu.sh build   # here: .gpu/cuda.test (cgo, stripped)
 #   tools/cuda/run-on-gpu.sh run     # there, from the repository root
+#   tools/cuda/run-on-gpu.sh build-all   # here: also the model tests and
+#                                        # the binary, xz-compressed
+#   tools/cuda/run-on-gpu.sh session     # there: STAGES (default
+#                                        # "ops model bench hf") in one run
 #
 # With the device tool: run `build`, then call run with carry [".gpu"] and
 # the command `bash tools/cuda/run-on-gpu.sh run`. What comes back in $OUT:
@@ -20,6 +24,60 @@ build)
 	mkdir -p .gpu
 	CGO_ENABLED=1 go test -c -ldflags='-s -w' -o .gpu/cuda.test ./npu/cuda/ || exit 1
 	ls -la .gpu/cuda.test
+	;;
+build-all)
+	mkdir -p .gpu
+	CGO_ENABLED=1 go test -c -ldflags='-s -w' -o .gpu/cuda.test ./npu/cuda/ || exit 1
+	CGO_ENABLED=1 go test -c -ldflags='-s -w' -o .gpu/glm5next.test ./engine/model/glm5next/ || exit 1
+	CGO_ENABLED=1 go build -ldflags='-s -w' -o .gpu/npuserve ./cmd/npuserve || exit 1
+	rm -f .gpu/*.xz
+	xz -T0 -6 .gpu/cuda.test .gpu/glm5next.test .gpu/npuserve || exit 1
+	ls -la .gpu
+	;;
+session)
+	out=${OUT:-$root/.gpu/out}
+	mkdir -p "$out"
+	for f in .gpu/*.xz; do xz -dkf "$f"; done
+	chmod +x .gpu/cuda.test .gpu/glm5next.test .gpu/npuserve
+	export NPUSERVE_CACHE_DIR=$root/.gpu/cache NPUSERVE_CUDA_TEST=1
+	nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$out/nvidia-smi.txt"
+	lscpu | grep -E 'Model name|^CPU\(s\)' | tee "$out/lscpu.txt"
+	rc=0
+	for st in ${STAGES:-ops model bench hf}; do
+		echo "=== stage $st ($(date -u +%H:%M:%S))"
+		case $st in
+		ops)
+			(cd .gpu && timeout ${OPS_S:-240} ./cuda.test -test.v -test.count=1 -test.timeout=230s) >"$out/cuda-test.log" 2>&1 || rc=1
+			grep -E '^(--- FAIL|FAIL|ok|PASS|panic)' "$out/cuda-test.log" | head -40
+			(cd .gpu && NPUSERVE_CUDA_BENCH=1 timeout 120 ./cuda.test -test.v -test.run 'TestGPUThroughput') >"$out/cuda-bench.log" 2>&1 || rc=1
+			tail -3 "$out/cuda-bench.log"
+			;;
+		memcheck)
+			san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+			[ -n "$san" ] && (cd .gpu && timeout ${MEMCHECK_S:-120} "$san" --tool memcheck --print-limit 20 ./cuda.test -test.run "${MEMCHECK_RUN:-TestGPU}") >"$out/cuda-memcheck.log" 2>&1
+			tail -5 "$out/cuda-memcheck.log"
+			;;
+		model)
+			# The golden-fixture parity tests of the model on the GPU.
+			(cd engine/model/glm5next && NPUSERVE_TEST_DEVICE=cuda timeout ${MODEL_S:-240} "$root/.gpu/glm5next.test" -test.v -test.count=1 -test.timeout=230s -test.run "${MODEL_RUN:-.}") >"$out/model-test.log" 2>&1 || rc=1
+			grep -E '^(--- FAIL|FAIL|ok|PASS|panic)' "$out/model-test.log" | head -40
+			;;
+		bench)
+			for cfg in ${BENCH_CONFIGS:-small slice}; do
+				timeout ${BENCH_S:-200} .gpu/npuserve bench decode --device cuda --config configs/$cfg/config.json \
+					--batch ${BENCH_BATCH:-1,8,32,128} --context ${BENCH_CONTEXT:-1024} --steps ${BENCH_STEPS:-16} 2>&1 | tee "$out/bench-$cfg.log" || rc=1
+			done
+			;;
+		hf)
+			timeout ${HF_S:-200} python3 tools/bench/hf_decode.py --config configs/small/config.json --batch 1,16 --context 64 --steps 32 2>&1 | tail -5 | tee "$out/hf-decode.log" || rc=1
+			;;
+		mtp)
+			[ -f tools/golden/mtp_golden.py ] && timeout 200 python3 tools/golden/mtp_golden.py --out "$out/mtp-fixture" >"$out/mtp-golden.log" 2>&1 || rc=1
+			tail -5 "$out/mtp-golden.log"
+			;;
+		esac
+	done
+	exit $rc
 	;;
 run)
 	out=${OUT:-$root/.gpu/out}
