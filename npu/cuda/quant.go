@@ -178,15 +178,20 @@ func (b *Backend) MatMulQ(out, x *npu.Tensor, w *npu.QuantWeight) {
 	if w.Experts() != 0 {
 		panic(fmt.Sprintf("cuda: MatMulQ with a grouped weight %v (use MoEQ)", w))
 	}
-	p := b.qprepared(w)
-	K, N := p.K, p.N
-	if x.DType() != npu.F32 || x.Dim(-1) != K || out.DType() != npu.F32 {
+	if w.Prepared() == nil {
+		if err := w.Check(); err != nil {
+			panic("cuda: " + err.Error())
+		}
+	}
+	K, N := w.K(), w.N()
+	if x.DType() != npu.F32 || x.Rank() == 0 || x.Dim(-1) != K || out.DType() != npu.F32 {
 		panic(fmt.Sprintf("cuda: MatMulQ x %v, w %v, out %v", x, w, out))
 	}
 	M := x.Numel() / max(K, 1)
 	if out.Numel() != M*N || (out.Rank() > 0 && out.Dim(-1) != N) {
 		panic(fmt.Sprintf("cuda: MatMulQ out %v, want [%d,%d] for x %v, w %v", out, M, N, x, w))
 	}
+	p := b.qprepared(w)
 	if M == 0 || N == 0 {
 		return
 	}
