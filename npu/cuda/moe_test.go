@@ -22,7 +22,9 @@ func TestMoEQuantSampleArgumentChecks(t *testing.T) {
 		name, want string
 		call       func()
 	}{
-		{"MoE rank", "cuda: MoE x", func() { b.MoE(ft(f32, 2, 8), ft(f32, 2, 8), ft(bf, 16, 8), ft(bf, 4, 8, 8), ft(f32, 2, 2), ft(i32, 2, 2), 0) }},
+		{"MoE rank", "cuda: MoE x", func() {
+			b.MoE(ft(f32, 2, 8), ft(f32, 2, 8), ft(bf, 16, 8), ft(bf, 4, 8, 8), ft(f32, 2, 2), ft(i32, 2, 2), 0)
+		}},
 		{"MoE down shape", "cuda: MoE gateUp", func() {
 			b.MoE(ft(f32, 2, 8), ft(f32, 2, 8), ft(bf, 4, 6, 8), ft(bf, 4, 8, 4), ft(f32, 2, 2), ft(i32, 2, 2), 0)
 		}},
