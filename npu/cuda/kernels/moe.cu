@@ -115,7 +115,7 @@ __device__ __forceinline__ bool moe_tile(const int *tiles, const int *ntiles, co
 // (MXFP8: scale [E, N, ceil(K/group)]), C [*, N]. 256 threads, each a
 // 4x4 micro tile of the 64x64 block tile; K in steps of 16 through
 // shared memory.
-extern "C" __global__ void __launch_bounds__(256) k_moe_gemm_f(float *C, const float *A, const int *tok, const void *W,
+extern "C" __global__ __launch_bounds__(256) void k_moe_gemm_f(float *C, const float *A, const int *tok, const void *W,
 							       int wdt, const u8 *scale, int group, const int *tiles,
 							       const int *ntiles, const int *off, int M, int N, int K) {
 	__shared__ float As[MOE_BK][MOE_BM + 4];

@@ -189,7 +189,7 @@ __device__ __forceinline__ float qi8_out(int acc, int mode, float xs, const floa
 // visible here: the same addressing, written out). ws is W's per-channel
 // scale [E, N] (dynamic; xs [*] the per-row activation scales) or qb, dq
 // [N] (static).
-extern "C" __global__ void __launch_bounds__(256) k_gemm_i8(float *C, const signed char *A, const int *tok, const signed char *W,
+extern "C" __global__ __launch_bounds__(256) void k_gemm_i8(float *C, const signed char *A, const int *tok, const signed char *W,
 							    int mode, const float *xs, const float *ws, const int *qb,
 							    const float *dq, const int *tiles, const int *ntiles, const int *off,
 							    int M, int N, int kp) {

@@ -43,7 +43,7 @@ __device__ __forceinline__ void sample_emit(u64 key, int j, int row, int part, i
 // part), as vals/ids [R, k] copied from logits [R, V]. sortn is the
 // power of two >= the segment length that a sort uses. Dynamic shared
 // memory: sortn keys.
-extern "C" __global__ void __launch_bounds__(512) k_sample_seg(u64 *out, float *vals, int *ids, int *stats, const float *logits,
+extern "C" __global__ __launch_bounds__(512) void k_sample_seg(u64 *out, float *vals, int *ids, int *stats, const float *logits,
 							       const u64 *keys, int V, int n, int kk, int k, int sortn) {
 	extern __shared__ u64 sk[];
 	__shared__ int cnt[2];
