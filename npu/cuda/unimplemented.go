@@ -10,7 +10,7 @@ import (
 // refuses to open the backend while this list is not empty, so
 // --device cuda never runs a partial backend; calling one directly (a
 // test that constructs the Backend with New) is a programming error.
-var unimplementedOps = []string{"KDA", "KPool", "DSAIndex", "SparseMLA", "MoE", "PrepareQuant", "MatMulQ", "MoEQ"}
+var unimplementedOps = []string{"KDA", "KPool", "DSAIndex", "SparseMLA"}
 
 func notImplemented(op string) {
 	panic(fmt.Sprintf("cuda: %s is not implemented yet", op))
@@ -32,20 +32,4 @@ func (b *Backend) DSAIndex(out, q, w, pooled *npu.Tensor, seqs *npu.SeqLayout, p
 // SparseMLA is not implemented yet.
 func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.SeqLayout, heads, dk, dv int, scale float32) {
 	notImplemented("SparseMLA")
-}
-
-// MoE is not implemented yet.
-func (b *Backend) MoE(out, x, gateUp, down, weights, ids *npu.Tensor, limit float32) {
-	notImplemented("MoE")
-}
-
-// PrepareQuant is not implemented yet.
-func (b *Backend) PrepareQuant(w *npu.QuantWeight) { notImplemented("PrepareQuant") }
-
-// MatMulQ is not implemented yet.
-func (b *Backend) MatMulQ(out, x *npu.Tensor, w *npu.QuantWeight) { notImplemented("MatMulQ") }
-
-// MoEQ is not implemented yet.
-func (b *Backend) MoEQ(out, x *npu.Tensor, gateUp, down *npu.QuantWeight, weights, ids *npu.Tensor, limit float32) {
-	notImplemented("MoEQ")
 }

@@ -1,0 +1,121 @@
+package cuda
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/npuserve/npuserve/npu"
+)
+
+// TestGPUMoEThroughput measures MoE and MoEQ at GLM-5.3-Flash's expert
+// shapes (hidden 4096, moe_intermediate_size 2048, top-8 of 64 experts,
+// the configs/slice expert count) and SampleReduce at the real vocabulary
+// when NPUSERVE_CUDA_BENCH=1: time, GB/s of expert weights read (the
+// experts the routing touches, each once) and TFLOP/s. Not a correctness
+// test.
+func TestGPUMoEThroughput(t *testing.T) {
+	if os.Getenv("NPUSERVE_CUDA_BENCH") != "1" {
+		t.Skip("set NPUSERVE_CUDA_BENCH=1 to measure")
+	}
+	b := gpu(t)
+	ev0, err := drvEventCreate(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev1, _ := drvEventCreate(b.ctx)
+	defer drvEventDestroy(b.ctx, ev0)
+	defer drvEventDestroy(b.ctx, ev1)
+	timed := func(reps int, fn func()) float64 {
+		fn()
+		if err := b.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		_ = drvEventRecord(b.ctx, ev0, b.stream)
+		for range reps {
+			fn()
+		}
+		_ = drvEventRecord(b.ctx, ev1, b.stream)
+		if err := b.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		ms, err := drvEventElapsed(b.ctx, ev0, ev1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return float64(ms) / float64(reps)
+	}
+	alloc := func(dt npu.DType, shape ...int) *npu.Tensor { return npu.Must(b.Alloc(dt, shape...)) }
+	report := func(name string, ms, bytes, flops float64) {
+		line := fmt.Sprintf("%-52s %9.3f ms", name, ms)
+		if bytes > 0 {
+			line += fmt.Sprintf("  %7.0f GB/s", bytes/ms/1e6)
+		}
+		if flops > 0 {
+			line += fmt.Sprintf("  %7.1f TFLOP/s", flops/ms/1e9)
+		}
+		t.Log(line)
+	}
+
+	const D, I, E, k = 4096, 2048, 64, 8
+	r := rand.New(rand.NewPCG(1, 2))
+	gu16, dn16 := alloc(npu.BF16, E, 2*I, D), alloc(npu.BF16, E, D, I)
+	b.Fill(gu16, 0.01)
+	b.Fill(dn16, 0.01)
+	gu8 := &npu.QuantWeight{Scheme: npu.QW8A8Dynamic, Weight: alloc(npu.I8, E, 2*I, D), Scale: alloc(npu.F32, E, 2*I)}
+	dn8 := &npu.QuantWeight{Scheme: npu.QW8A8Dynamic, Weight: alloc(npu.I8, E, D, I), Scale: alloc(npu.F32, E, D)}
+	b.PrepareQuant(gu8)
+	b.PrepareQuant(dn8)
+	for _, T := range []int{1, 32, 128, 4096} {
+		ids := make([]int32, T*k)
+		touched := map[int32]bool{}
+		for tok := range T {
+			perm := r.Perm(E)
+			for j := range k {
+				ids[tok*k+j] = int32(perm[j])
+				touched[int32(perm[j])] = true
+			}
+		}
+		idt := npu.Must(b.FromHost(npu.I32, npu.EncodeInt32s(ids), T, k))
+		w, x, out := alloc(npu.F32, T, k), alloc(npu.F32, T, D), alloc(npu.F32, T, D)
+		b.Fill(w, 0.125)
+		b.Fill(x, 0.5)
+		reps := 20
+		if T >= 4096 {
+			reps = 2
+		}
+		flops := 2 * float64(T*k) * 3 * D * I
+		perExpert := float64(3 * D * I)
+		ms := timed(reps, func() { b.MoE(out, x, gu16, dn16, w, idt, 7) })
+		report(fmt.Sprintf("MoE bf16 T=%d E=%d top-%d D=%d I=%d", T, E, k, D, I), ms, 2*perExpert*float64(len(touched)), flops)
+		ms = timed(reps, func() { b.MoEQ(out, x, gu8, dn8, w, idt, 7) })
+		report(fmt.Sprintf("MoEQ W8A8_DYNAMIC T=%d E=%d top-%d", T, E, k), ms, perExpert*float64(len(touched)), flops)
+		for _, tt := range []*npu.Tensor{idt, w, x, out} {
+			b.Free(tt)
+		}
+	}
+	for _, tt := range []*npu.Tensor{gu16, dn16, gu8.Weight, gu8.Scale, dn8.Weight, dn8.Scale} {
+		b.Free(tt)
+	}
+
+	const R, V = 32, 154880
+	logits := alloc(npu.F32, R, V)
+	lv := make([]float32, R*V)
+	for i := range lv {
+		lv[i] = float32(r.NormFloat64())
+	}
+	if err := b.Upload(logits, npu.EncodeFloats(lv, npu.F32)); err != nil {
+		t.Fatal(err)
+	}
+	stats := alloc(npu.I32, R, 2)
+	for _, kk := range []int{1, 50, 256} {
+		vals, idx := alloc(npu.F32, R, kk), alloc(npu.I32, R, kk)
+		ms := timed(20, func() { b.SampleReduce(vals, idx, stats, logits, kk) })
+		report(fmt.Sprintf("SampleReduce R=%d V=%d k=%d", R, V, kk), ms, 4*R*V, 0)
+		b.Free(vals)
+		b.Free(idx)
+	}
+	b.Free(stats)
+	b.Free(logits)
+}

@@ -1,0 +1,327 @@
+// MoE (npu/cpu/moe.go) and the float grouped GEMMs that MoE, MoEQ's MXFP8
+// path and MatMulQ's MXFP8 path share (moe.go, quant.go).
+//
+// The routing never leaves the device: k_moe_route counts the rows of each
+// expert, lays the assignments out expert by expert and writes the tile
+// table the grouped GEMMs walk. A grouped GEMM row's result depends only on
+// its own input row and its expert (the accumulation order along K is
+// fixed), so the order of rows inside an expert, which the shared-memory
+// atomics decide, never changes a result.
+
+#define MOE_BM 64 // rows of a tiled GEMM block (moeBM in moe.go)
+#define MOE_BN 64 // output columns of a tiled GEMM block
+#define MOE_BK 16 // K step of the float tiled GEMM
+#define MOE_SMALL_MT 8 // rows per pass of the small (decode) kernels
+#define MOE_MAX_K 64   // experts per token (moeMaxK in moe.go)
+
+// Weight element codes of the float GEMMs: the DT_* codes, and DT_F8E4M3
+// with one E8M0 scale per group of `group` elements along K (MXFP8).
+
+// e8m0_to_f32 decodes an E8M0 scale byte: 2^(s-127), 2^-127 (subnormal)
+// for 0, NaN for 0xff (npu/cpu's e8m0).
+__device__ __forceinline__ float e8m0_to_f32(u8 s) {
+	if (s == 0) {
+		return __uint_as_float(0x00400000u);
+	}
+	if (s == 0xff) {
+		return __uint_as_float(0x7fc00000u);
+	}
+	return __uint_as_float((u32)s << 23);
+}
+
+// ldw loads weight element i (row n of K, expert base already applied)
+// as float: F32, BF16, F16, or an MXFP8 element times its block's scale.
+__device__ __forceinline__ float ldw(const void *w, i64 i, int wdt, const u8 *scale, i64 srow, int k, int group) {
+	if (wdt == DT_F8E4M3) {
+		return e4m3_to_f32(((const u8 *)w)[i]) * e8m0_to_f32(scale[srow + k / group]);
+	}
+	return ldf(w, i, wdt);
+}
+
+// k_moe_route: one block. ids [n] (n = tokens * k assignments) into
+// rows [n] (the GEMM row of each assignment, -1 for an id outside
+// [0, E), which is reported), tok [n] (the token of each GEMM row), off
+// [E+1] (expert e owns rows off[e] .. off[e+1]), tiles [2 * (n/bm + E)]
+// ((expert, first row) of each bm-row tile, expert by expert) and
+// ntiles [1]. Dynamic shared memory: 2*E ints.
+extern "C" __global__ void k_moe_route(int *rows, int *tok, int *off, int *tiles, int *ntiles, const int *ids,
+				       int n, int k, int E, int bm, int *err, int op) {
+	extern __shared__ int sh[];
+	int *cnt = sh, *cur = sh + E;
+	for (int e = threadIdx.x; e < E; e += blockDim.x) {
+		cnt[e] = 0;
+	}
+	__syncthreads();
+	for (int a = threadIdx.x; a < n; a += blockDim.x) {
+		const int e = ids[a];
+		if (e >= 0 && e < E) {
+			atomicAdd(&cnt[e], 1);
+		} else {
+			report(err, ERR_INDEX, op, e);
+		}
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		int s = 0, t = 0;
+		for (int e = 0; e < E; e++) {
+			off[e] = s;
+			cur[e] = s;
+			for (int r = 0; r < cnt[e]; r += bm) {
+				tiles[2 * t] = e;
+				tiles[2 * t + 1] = s + r;
+				t++;
+			}
+			s += cnt[e];
+		}
+		off[E] = s;
+		ntiles[0] = t;
+	}
+	__syncthreads();
+	for (int a = threadIdx.x; a < n; a += blockDim.x) {
+		const int e = ids[a];
+		int r = -1;
+		if (e >= 0 && e < E) {
+			r = atomicAdd(&cur[e], 1);
+			tok[r] = a / k;
+		}
+		rows[a] = r;
+	}
+}
+
+// Grouped-GEMM addressing shared by the kernels here and in quant.cu: a
+// block's expert e and its rows [r0, r1). Grouped (tiles != 0): tile
+// blockIdx.y of the table, rows up to the expert's end; dense (tiles ==
+// 0): expert 0, rows of M.
+__device__ __forceinline__ bool moe_tile(const int *tiles, const int *ntiles, const int *off, int M, int bm, int &e,
+					 int &r0, int &r1) {
+	if (tiles == 0) {
+		e = 0;
+		r0 = blockIdx.y * bm;
+		r1 = min(M, r0 + bm);
+		return r0 < M;
+	}
+	if ((int)blockIdx.y >= ntiles[0]) {
+		return false;
+	}
+	e = tiles[2 * blockIdx.y];
+	r0 = tiles[2 * blockIdx.y + 1];
+	r1 = min(off[e + 1], r0 + bm);
+	return true;
+}
+
+// k_moe_gemm_f: C[r, n] = sum_k A[a(r), k] * W_e[n, k] for the rows of a
+// tile (see moe_tile), fp32 accumulation in ascending k. A [*, K] fp32
+// rows (a(r) = tok[r] when tok != 0, else r), W [E, N, K] of code wdt
+// (MXFP8: scale [E, N, ceil(K/group)]), C [*, N]. 256 threads, each a
+// 4x4 micro tile of the 64x64 block tile; K in steps of 16 through
+// shared memory.
+extern "C" __global__ __launch_bounds__(256) void k_moe_gemm_f(float *C, const float *A, const int *tok, const void *W,
+							       int wdt, const u8 *scale, int group, const int *tiles,
+							       const int *ntiles, const int *off, int M, int N, int K) {
+	__shared__ float As[MOE_BK][MOE_BM + 4];
+	__shared__ float Bs[MOE_BK][MOE_BN + 4];
+	int e, r0, r1;
+	if (!moe_tile(tiles, ntiles, off, M, MOE_BM, e, r0, r1)) {
+		return;
+	}
+	const int n0 = blockIdx.x * MOE_BN;
+	const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+	const int nb = group > 0 ? (K + group - 1) / group : 0;
+	const i64 wbase = (i64)e * N * K;
+	const i64 sbase = (i64)e * N * nb;
+	// Loader roles: 4 elements of each tile per thread, (row, k) = (l/16, l%16).
+	i64 arow[4];
+	bool aok[4], bok[4];
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const int l = threadIdx.x + 256 * i;
+		const int r = r0 + (l >> 4);
+		aok[i] = r < r1;
+		arow[i] = aok[i] ? (i64)(tok ? tok[r] : r) * K : 0;
+		bok[i] = n0 + (l >> 4) < N;
+	}
+	float acc[4][4];
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			acc[i][j] = 0.0f;
+		}
+	}
+	for (int k0 = 0; k0 < K; k0 += MOE_BK) {
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const int l = threadIdx.x + 256 * i;
+			const int rr = l >> 4, kk = l & 15, k = k0 + kk;
+			As[kk][rr] = (aok[i] && k < K) ? A[arow[i] + k] : 0.0f;
+			const int n = n0 + rr;
+			Bs[kk][rr] = (bok[i] && k < K) ? ldw(W, wbase + (i64)n * K + k, wdt, scale, sbase + (i64)n * nb, k, group) : 0.0f;
+		}
+		__syncthreads();
+#pragma unroll
+		for (int kk = 0; kk < MOE_BK; kk++) {
+			float a[4], b[4];
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				a[i] = As[kk][ty + 16 * i];
+				b[i] = Bs[kk][tx + 16 * i];
+			}
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+#pragma unroll
+				for (int j = 0; j < 4; j++) {
+					acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+				}
+			}
+		}
+		__syncthreads();
+	}
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const int r = r0 + ty + 16 * i;
+		if (r < r1) {
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				const int n = n0 + tx + 16 * j;
+				if (n < N) {
+					C[(i64)r * N + n] = acc[i][j];
+				}
+			}
+		}
+	}
+}
+
+// decode8 widens 8 consecutive weights starting at element i (i % 8 == 0,
+// 16-byte aligned halves or 8-byte aligned E4M3) into wf.
+__device__ __forceinline__ void decode8(float *wf, const void *W, i64 i, int wdt, const u8 *scale, i64 srow, int k,
+					int group) {
+	if (wdt == DT_F8E4M3) {
+		const uint2 q = *(const uint2 *)((const u8 *)W + i);
+		const float s = e8m0_to_f32(scale[srow + k / group]);
+#pragma unroll
+		for (int h = 0; h < 4; h++) {
+			wf[h] = e4m3_to_f32((u8)(q.x >> (8 * h))) * s;
+			wf[4 + h] = e4m3_to_f32((u8)(q.y >> (8 * h))) * s;
+		}
+		return;
+	}
+	if (wdt == DT_F32) {
+		const float4 a = *(const float4 *)((const float *)W + i), b = *((const float4 *)((const float *)W + i) + 1);
+		wf[0] = a.x, wf[1] = a.y, wf[2] = a.z, wf[3] = a.w;
+		wf[4] = b.x, wf[5] = b.y, wf[6] = b.z, wf[7] = b.w;
+		return;
+	}
+	const uint4 q = *(const uint4 *)((const u16 *)W + i);
+	const u32 words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+	for (int h = 0; h < 4; h++) {
+		const u16 lo = (u16)(words[h] & 0xffffu), hi = (u16)(words[h] >> 16);
+		wf[2 * h] = wdt == DT_BF16 ? bf16_to_f32(lo) : f16_to_f32(lo);
+		wf[2 * h + 1] = wdt == DT_BF16 ? bf16_to_f32(hi) : f16_to_f32(hi);
+	}
+}
+
+// k_moe_gemv_f: the small-row form of k_moe_gemm_f for decode, where the
+// weights' bandwidth is the limit: one warp per output column n, up to
+// MOE_SMALL_MT rows of the expert per pass (so each weight is read once
+// for up to that many rows). Grouped (off != 0): blockIdx.y is the
+// expert; dense: rows [0, M). vec (host-checked: K % 8 == 0, A and W
+// aligned) loads 8 weights at a time.
+extern "C" __global__ void k_moe_gemv_f(float *C, const float *A, const int *tok, const void *W, int wdt,
+					const u8 *scale, int group, const int *off, int M, int N, int K, int vec) {
+	const int lane = threadIdx.x & 31;
+	const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+	if (n >= N) {
+		return;
+	}
+	const int e = off ? blockIdx.y : 0;
+	const int rb = off ? off[e] : 0, re = off ? off[e + 1] : M;
+	const int nb = group > 0 ? (K + group - 1) / group : 0;
+	const i64 wrow = ((i64)e * N + n) * K;
+	const i64 srow = ((i64)e * N + n) * nb;
+	for (int m0 = rb; m0 < re; m0 += MOE_SMALL_MT) {
+		const int mt = min(MOE_SMALL_MT, re - m0);
+		const float *ar[MOE_SMALL_MT];
+		float acc[MOE_SMALL_MT];
+#pragma unroll
+		for (int j = 0; j < MOE_SMALL_MT; j++) {
+			acc[j] = 0.0f;
+			const int r = m0 + min(j, mt - 1);
+			ar[j] = A + (i64)(tok ? tok[r] : r) * K;
+		}
+		if (vec) {
+			for (int c = lane * 8; c < K; c += 256) {
+				float wf[8];
+				decode8(wf, W, wrow + c, wdt, scale, srow, c, group);
+#pragma unroll
+				for (int j = 0; j < MOE_SMALL_MT; j++) {
+					if (j < mt) {
+						const float4 a = *(const float4 *)(ar[j] + c), b = *(const float4 *)(ar[j] + c + 4);
+						float s = acc[j];
+						s = fmaf(a.x, wf[0], s);
+						s = fmaf(a.y, wf[1], s);
+						s = fmaf(a.z, wf[2], s);
+						s = fmaf(a.w, wf[3], s);
+						s = fmaf(b.x, wf[4], s);
+						s = fmaf(b.y, wf[5], s);
+						s = fmaf(b.z, wf[6], s);
+						s = fmaf(b.w, wf[7], s);
+						acc[j] = s;
+					}
+				}
+			}
+		} else {
+			for (int c = lane; c < K; c += 32) {
+				const float wf = ldw(W, wrow + c, wdt, scale, srow, c, group);
+#pragma unroll
+				for (int j = 0; j < MOE_SMALL_MT; j++) {
+					if (j < mt) {
+						acc[j] = fmaf(ar[j][c], wf, acc[j]);
+					}
+				}
+			}
+		}
+#pragma unroll
+		for (int j = 0; j < MOE_SMALL_MT; j++) {
+			const float s = warp_sum(acc[j]);
+			if (lane == 0 && j < mt) {
+				C[(i64)(m0 + j) * N + n] = s;
+			}
+		}
+	}
+}
+
+// k_moe_combine: one block per token t of the chunk: out[t] += sum over
+// its k assignments, in ascending expert order (stable in j, as the CPU
+// backend sums), of weights[t, j] * y[rows[t*k + j]]. An assignment
+// without a row (an expert id out of range, already reported) adds
+// nothing.
+extern "C" __global__ void k_moe_combine(float *out, const float *y, const float *weights, const int *ids,
+					 const int *rows, int k, int D) {
+	__shared__ int order[MOE_MAX_K];
+	const i64 t = blockIdx.x;
+	if (threadIdx.x == 0) {
+		for (int j = 0; j < k; j++) {
+			const int e = ids[t * k + j];
+			int i = j;
+			while (i > 0 && ids[t * k + order[i - 1]] > e) {
+				order[i] = order[i - 1];
+				i--;
+			}
+			order[i] = j;
+		}
+	}
+	__syncthreads();
+	for (int d = threadIdx.x; d < D; d += blockDim.x) {
+		float acc = 0.0f;
+		for (int i = 0; i < k; i++) {
+			const int j = order[i];
+			const int r = rows[t * k + j];
+			if (r >= 0) {
+				// Rounded product, then sum: the CPU loop's arithmetic.
+				acc = __fadd_rn(acc, __fmul_rn(y[(i64)r * D + d], weights[t * k + j]));
+			}
+		}
+		out[t * D + d] += acc;
+	}
+}

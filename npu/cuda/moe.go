@@ -1,0 +1,200 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/npuserve/npuserve/npu"
+)
+
+// MoE on the device (kernels/moe.cu; npu/cpu/moe.go is the reference).
+// Nothing is read back to the host, so the op never waits for the GPU:
+//
+//  1. k_moe_route (one block) counts each expert's assignments, gives
+//     every assignment a row of its expert's contiguous range, records
+//     each row's token and writes the table of 64-row tiles (expert,
+//     first row) that the grouped GEMMs walk.
+//  2. The gate/up grouped GEMM reads each row's token of x directly (no
+//     gathered copy), the clamped SwiGLU follows (k_swiglu), then the
+//     down grouped GEMM.
+//  3. k_moe_combine adds, per token, its experts' outputs times their
+//     routing weights in ascending expert order, as the CPU does, then
+//     adds the sum to out: no atomics, so results do not depend on timing.
+//
+// The grouped GEMMs accumulate in fp32 in ascending k, widening 16-bit
+// weights in registers, so a row's result depends only on its input and
+// its expert. Two forms: a shared-memory tiled kernel (64x64 tiles, 4x4
+// per thread) for prefill, and, when the experts average few rows
+// (decode), a warp-per-column kernel that reads each weight once for up
+// to 8 rows at memory speed. Both are CUDA-core fp32 FMA kernels: exact
+// to the CPU's fp32 arithmetic (up to summation order), not tensor-core
+// fast; prefill at scale wants a bf16 MMA grouped GEMM (future work).
+
+// Limits of the MoE kernels (MOE_* in kernels/moe.cu).
+const (
+	moeBM    = 64   // rows per tile of the tiled grouped GEMMs
+	moeMaxK  = 64   // experts per token (k_moe_combine's order array)
+	moeMaxE  = 4096 // experts (k_moe_route's shared counters: 2*E ints)
+	moeChunk = 1024 // tokens whose intermediates are held at once
+	// moeSmallRows is the average number of rows per expert up to which
+	// the warp-per-column kernels serve (their weights are read once per
+	// 8 rows, the repeats mostly from cache); above it the tiled ones.
+	moeSmallRows = 16
+)
+
+// Op codes of the MoE ops' device reports (an expert id out of range),
+// registered in opNames by init.
+const (
+	opMoE  = 40
+	opMoEQ = 41
+)
+
+func init() {
+	opNames[opMoE] = "MoE"
+	opNames[opMoEQ] = "MoEQ"
+}
+
+// moeRoute is the device routing of one chunk of tokens.
+type moeRoute struct {
+	buf      *buffer
+	rows     uint64 // I32 [n]: GEMM row of each assignment (-1: bad id)
+	tok      uint64 // I32 [n]: chunk token of each GEMM row
+	off      uint64 // I32 [E+1]: expert e's rows are off[e] .. off[e+1]
+	tiles    uint64 // I32 [maxTiles, 2]: (expert, first row)
+	ntiles   uint64 // I32 [1]
+	n, E     int
+	maxTiles int
+	small    bool // the experts average few rows: warp-per-column kernels
+}
+
+// route enqueues k_moe_route for n assignments (ids, k per token) of E
+// experts.
+func (b *Backend) route(op int, ids uint64, n, k, E int) *moeRoute {
+	maxTiles := n/moeBM + E + 1
+	words := 2*n + E + 1 + 2*maxTiles + 1
+	buf := b.temp(4 * words)
+	rt := &moeRoute{buf: buf, n: n, E: E, maxTiles: maxTiles, small: n <= moeSmallRows*E}
+	rt.rows = buf.ptr
+	rt.tok = rt.rows + uint64(4*n)
+	rt.off = rt.tok + uint64(4*n)
+	rt.tiles = rt.off + uint64(4*(E+1))
+	rt.ntiles = rt.tiles + uint64(8*maxTiles)
+	b.launchChecked("k_moe_route", d1(1), d1(1024), 8*E,
+		rt.rows, rt.tok, rt.off, rt.tiles, rt.ntiles, ids, pI32(n), pI32(k), pI32(E), pI32(moeBM), b.errWord, pI32(op))
+	return rt
+}
+
+// gemmF enqueues C = A · W^T with fp32 A rows (row r reads A row tok[r]
+// when tok != 0) and float or MXFP8 weights W [E, N, K] (wdt a dtype
+// code; MXFP8: E8M0 scales, one per group along K): grouped over rt, or
+// dense over M rows (E = 1) when rt is nil.
+func (b *Backend) gemmF(c, a, tok, w uint64, wdt int, scale uint64, group int, rt *moeRoute, M, N, K int) {
+	var off, tiles, ntiles uint64
+	small, ys := M <= moeSmallRows, (M+moeBM-1)/moeBM
+	ey := 1
+	if rt != nil {
+		off, tiles, ntiles = rt.off, rt.tiles, rt.ntiles
+		small, ys, ey = rt.small, rt.maxTiles, rt.E
+	}
+	if small {
+		align := uint64(16)
+		if wdt == dtypeCode(npu.F8E4M3) {
+			align = 8
+		}
+		vec := K%8 == 0 && a%16 == 0 && w%align == 0
+		b.launch("k_moe_gemv_f", d2((N+7)/8, ey), d1(256), 0,
+			c, a, tok, w, pI32(wdt), scale, pI32(group), off, pI32(M), pI32(N), pI32(K), pBool(vec))
+		return
+	}
+	b.launch("k_moe_gemm_f", d2((N+moeBN-1)/moeBN, ys), d1(256), 0,
+		c, a, tok, w, pI32(wdt), scale, pI32(group), tiles, ntiles, off, pI32(M), pI32(N), pI32(K))
+}
+
+// moeBN is the column tile of the tiled GEMMs (MOE_BN, QI8_BN).
+const moeBN = 64
+
+// moeArgs checks MoE's and MoEQ's routing operands as the CPU backend
+// does and returns T, D and the experts per token (0: nothing to do).
+func moeArgs(op string, out, x, weights, ids *npu.Tensor, E int) (T, D, k int) {
+	T, D = x.Dim(0), x.Dim(1)
+	if out.Numel() != T*D || x.DType() != npu.F32 || out.DType() != npu.F32 || weights.DType() != npu.F32 || ids.DType() != npu.I32 ||
+		weights.Numel() != ids.Numel() || T > 0 && ids.Numel()%T != 0 {
+		panic(fmt.Sprintf("cuda: %s out %v weights %v ids %v for x %v", op, out, weights, ids, x))
+	}
+	if T == 0 || ids.Numel() == 0 {
+		return T, D, 0
+	}
+	k = ids.Numel() / T
+	if k > moeMaxK || E > moeMaxE {
+		panic(fmt.Sprintf("cuda: %s supports top-%d of up to %d experts, got top-%d of %d", op, moeMaxK, moeMaxE, k, E))
+	}
+	return T, D, k
+}
+
+// MoE adds the routed experts to out [T, D]: out[t] += sum_j weights[t,j]
+// * down_e(SwiGLU(gateUp_e · x[t])), e = ids[t,j], with gateUp [E, 2I, D]
+// (gate rows first) and down [E, D, I] in F32, BF16 or F16. A limit <= 0
+// disables the SwiGLU clamp. An expert id outside [0, E) is reported by
+// the next Sync (the op's output is then undefined). See npu.Ops.MoE.
+func (b *Backend) MoE(out, x, gateUp, down, weights, ids *npu.Tensor, limit float32) {
+	if x.Rank() != 2 || gateUp.Rank() != 3 || down.Rank() != 3 {
+		panic(fmt.Sprintf("cuda: MoE x %v gateUp %v down %v", x, gateUp, down))
+	}
+	D := x.Dim(1)
+	E, I := gateUp.Dim(0), gateUp.Dim(1)/2
+	if gateUp.Dim(1) != 2*I || gateUp.Dim(2) != D || down.Dim(0) != E || down.Dim(1) != D || down.Dim(2) != I {
+		panic(fmt.Sprintf("cuda: MoE gateUp %v down %v for x %v", gateUp, down, x))
+	}
+	wantFloat("MoE", gateUp)
+	wantFloat("MoE", down)
+	_, _, k := moeArgs("MoE", out, x, weights, ids, E)
+	if k == 0 {
+		return
+	}
+	pg, pd := b.ptr(gateUp), b.ptr(down)
+	cg, cd := dtypeCode(gateUp.DType()), dtypeCode(down.DType())
+	b.moeRun(opMoE, out, x, weights, ids, k, E, I, limit, moeProj{
+		up: func(rt *moeRoute, xc uint64, tc int, gu uint64) {
+			b.gemmF(gu, xc, rt.tok, pg, cg, 0, 0, rt, rt.n, 2*I, D)
+		},
+		down: func(rt *moeRoute, h, y uint64) {
+			b.gemmF(y, h, 0, pd, cd, 0, 0, rt, rt.n, D, I)
+		},
+	})
+}
+
+// moeProj are the two expert projections of one chunk: up writes the
+// gate|up rows gu [n, 2I] from the chunk's tokens xc [tc, D] (row r of
+// the GEMM is token rt.tok[r]); down writes y [n, D] from the SwiGLU rows
+// h [n, I] (h may be overwritten).
+type moeProj struct {
+	up   func(rt *moeRoute, xc uint64, tc int, gu uint64)
+	down func(rt *moeRoute, h, y uint64)
+}
+
+// moeRun is the chunked dispatch MoE and MoEQ share (see the top of the
+// file).
+func (b *Backend) moeRun(op int, out, x, weights, ids *npu.Tensor, k, E, I int, limit float32, p moeProj) {
+	T, D := x.Dim(0), x.Dim(1)
+	rows := min(T, moeChunk) * k
+	gu := b.temp(4 * rows * 2 * I)
+	h := b.temp(4 * rows * I)
+	y := b.temp(4 * rows * D)
+	po, px, pw, pi := b.ptr(out), b.ptr(x), b.ptr(weights), b.ptr(ids)
+	clamp := limit > 0 && !math.IsInf(float64(limit), 1)
+	for c0 := 0; c0 < T; c0 += moeChunk {
+		tc := min(moeChunk, T-c0)
+		n := tc * k
+		rt := b.route(op, pi+uint64(4*c0*k), n, k, E)
+		p.up(rt, px+uint64(4*c0*D), tc, gu.ptr)
+		b.launch("k_swiglu", b.gridFor(int64(n*I), elemThreads), d1(elemThreads), 0,
+			h.ptr, gu.ptr, pI64(n), pI32(I), pF32(limit), pBool(clamp))
+		p.down(rt, h.ptr, y.ptr)
+		b.launch("k_moe_combine", d1(tc), d1(min(1024, max(32, (D+31)/32*32))), 0,
+			po+uint64(4*c0*D), y.ptr, pw+uint64(4*c0*k), pi+uint64(4*c0*k), rt.rows, pI32(k), pI32(D))
+		b.freeBuf(rt.buf)
+	}
+	b.freeBuf(gu)
+	b.freeBuf(h)
+	b.freeBuf(y)
+}

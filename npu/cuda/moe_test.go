@@ -1,0 +1,105 @@
+package cuda
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/npuserve/npuserve/npu"
+)
+
+// The MoE, quantized and sampling ops check their arguments on the host
+// before anything reaches the device: these run without a GPU (the
+// tensors live on no backend, so a check that passed would panic later,
+// with a different message).
+func TestMoEQuantSampleArgumentChecks(t *testing.T) {
+	b := &Backend{}
+	f32, bf, i32, i8, f8 := npu.F32, npu.BF16, npu.I32, npu.I8, npu.F8E4M3
+	dyn := func(shape ...int) *npu.QuantWeight {
+		lead := shape[:len(shape)-1]
+		return &npu.QuantWeight{Scheme: npu.QW8A8Dynamic, Weight: ft(i8, shape...), Scale: ft(f32, lead...)}
+	}
+	cases := []struct {
+		name, want string
+		call       func()
+	}{
+		{"MoE rank", "cuda: MoE x", func() {
+			b.MoE(ft(f32, 2, 8), ft(f32, 2, 8), ft(bf, 16, 8), ft(bf, 4, 8, 8), ft(f32, 2, 2), ft(i32, 2, 2), 0)
+		}},
+		{"MoE down shape", "cuda: MoE gateUp", func() {
+			b.MoE(ft(f32, 2, 8), ft(f32, 2, 8), ft(bf, 4, 6, 8), ft(bf, 4, 8, 4), ft(f32, 2, 2), ft(i32, 2, 2), 0)
+		}},
+		{"MoE weight dtype", "want an F32, BF16 or F16 weight", func() {
+			b.MoE(ft(f32, 2, 8), ft(f32, 2, 8), ft(i32, 4, 6, 8), ft(bf, 4, 8, 3), ft(f32, 2, 2), ft(i32, 2, 2), 0)
+		}},
+		{"MoE ids dtype", "cuda: MoE out", func() {
+			b.MoE(ft(f32, 2, 8), ft(f32, 2, 8), ft(bf, 4, 6, 8), ft(bf, 4, 8, 3), ft(f32, 2, 2), ft(f32, 2, 2), 0)
+		}},
+		{"MoE out size", "cuda: MoE out", func() {
+			b.MoE(ft(f32, 3, 8), ft(f32, 2, 8), ft(bf, 4, 6, 8), ft(bf, 4, 8, 3), ft(f32, 2, 2), ft(i32, 2, 2), 0)
+		}},
+		{"MoE ragged ids", "cuda: MoE out", func() {
+			b.MoE(ft(f32, 2, 8), ft(f32, 2, 8), ft(bf, 4, 6, 8), ft(bf, 4, 8, 3), ft(f32, 3), ft(i32, 3), 0)
+		}},
+		{"MoE top-k", "supports top-64", func() {
+			b.MoE(ft(f32, 1, 8), ft(f32, 1, 8), ft(bf, 4, 6, 8), ft(bf, 4, 8, 3), ft(f32, 1, 65), ft(i32, 1, 65), 0)
+		}},
+		{"MatMulQ grouped", "use MoEQ", func() { b.MatMulQ(ft(f32, 2, 3), ft(f32, 2, 5), dyn(2, 3, 5)) }},
+		{"MatMulQ K", "cuda: MatMulQ x", func() { b.MatMulQ(ft(f32, 2, 3), ft(f32, 2, 4), dyn(3, 5)) }},
+		{"MatMulQ out", "want [2,3]", func() { b.MatMulQ(ft(f32, 2, 4), ft(f32, 2, 5), dyn(3, 5)) }},
+		{"MatMulQ scale", "Scale is", func() {
+			b.MatMulQ(ft(f32, 2, 3), ft(f32, 2, 5), &npu.QuantWeight{Scheme: npu.QW8A8Dynamic, Weight: ft(i8, 3, 5), Scale: ft(f32, 4)})
+		}},
+		{"MatMulQ static offset", "out of range", func() {
+			b.MatMulQ(ft(f32, 2, 3), ft(f32, 2, 5), &npu.QuantWeight{Scheme: npu.QW8A8, Weight: ft(i8, 3, 5), InputScale: 1, InputOffset: 200,
+				QuantBias: ft(i32, 3), DeqScale: ft(f32, 3)})
+		}},
+		{"MatMulQ MX group", "group size", func() {
+			b.MatMulQ(ft(f32, 2, 3), ft(f32, 2, 64), &npu.QuantWeight{Scheme: npu.QMXFP8, Weight: ft(f8, 3, 64), Scale: ft(npu.U8, 3, 2), GroupSize: 16})
+		}},
+		{"MoEQ linear", "cuda: MoEQ x", func() {
+			b.MoEQ(ft(f32, 2, 8), ft(f32, 2, 8), dyn(6, 8), dyn(4, 8, 3), ft(f32, 2, 2), ft(i32, 2, 2), 0)
+		}},
+		{"MoEQ shapes", "cuda: MoEQ gateUp", func() {
+			b.MoEQ(ft(f32, 2, 8), ft(f32, 2, 8), dyn(4, 6, 8), dyn(4, 8, 4), ft(f32, 2, 2), ft(i32, 2, 2), 0)
+		}},
+		{"MoEQ static", "want W8A8_DYNAMIC or W8A8_MXFP8", func() {
+			b.MoEQ(ft(f32, 2, 8), ft(f32, 2, 8), &npu.QuantWeight{Scheme: npu.QW8A8, Weight: ft(i8, 4, 6, 8)}, dyn(4, 8, 3), ft(f32, 2, 2), ft(i32, 2, 2), 0)
+		}},
+		{"MoEQ weights", "cuda: MoEQ out", func() {
+			b.MoEQ(ft(f32, 2, 8), ft(f32, 2, 8), dyn(4, 6, 8), dyn(4, 8, 3), ft(f32, 2, 3), ft(i32, 2, 2), 0)
+		}},
+		{"SampleReduce k", "k=10 of rows of 9", func() { b.SampleReduce(ft(f32, 2, 10), ft(i32, 2, 10), ft(i32, 2, 2), ft(f32, 2, 9), 10) }},
+		{"SampleReduce negative k", "k=-1", func() { b.SampleReduce(nil, nil, ft(i32, 2, 2), ft(f32, 2, 9), -1) }},
+		{"SampleReduce stats", "stats", func() { b.SampleReduce(ft(f32, 2, 3), ft(i32, 2, 3), ft(i32, 3), ft(f32, 2, 9), 3) }},
+		{"SampleReduce stats dtype", "stats", func() { b.SampleReduce(ft(f32, 2, 3), ft(i32, 2, 3), ft(f32, 2, 2), ft(f32, 2, 9), 3) }},
+		{"SampleReduce outputs", "do not hold 2x3", func() { b.SampleReduce(ft(f32, 2, 2), ft(i32, 2, 3), ft(i32, 2, 2), ft(f32, 2, 9), 3) }},
+		{"SampleReduce nil outputs", "do not hold 2x1", func() { b.SampleReduce(nil, nil, ft(i32, 2, 2), ft(f32, 2, 9), 1) }},
+		{"SampleReduce logits dtype", "want F32", func() { b.SampleReduce(ft(f32, 2, 3), ft(i32, 2, 3), ft(i32, 2, 2), ft(bf, 2, 9), 3) }},
+		{"SampleReduce ids dtype", "want I32", func() { b.SampleReduce(ft(f32, 2, 3), ft(f32, 2, 3), ft(i32, 2, 2), ft(f32, 2, 9), 3) }},
+		{"SampleReduce scalar", "SampleReduce of logits", func() { b.SampleReduce(nil, nil, ft(i32, 2), ft(f32), 0) }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				msg, _ := r.(string)
+				if r == nil || !strings.Contains(msg, c.want) {
+					t.Fatalf("panic %v, want one containing %q", r, c.want)
+				}
+			}()
+			c.call()
+		})
+	}
+}
+
+// TestMoEOpNames checks that the MoE ops' device reports name them.
+func TestMoEOpNames(t *testing.T) {
+	for _, c := range []struct {
+		op   int32
+		name string
+	}{{opMoE, "MoE"}, {opMoEQ, "MoEQ"}} {
+		if e := deviceError(devErrIndex, c.op, 77); e.Op != c.name || !strings.Contains(e.Error(), "index 77") {
+			t.Errorf("op %d: %v", c.op, e)
+		}
+	}
+}
