@@ -30,6 +30,11 @@ func (e *Engine) sample(logits *npu.Tensor) (toks []sampling.Token, errs []error
 		return nil, nil, nil
 	}
 	be := e.be
+	if sh, ok := e.model.(model.ShardedLogits); ok {
+		if V, sharded := sh.VocabSharded(); sharded {
+			return e.sampleSharded(sh, logits, V)
+		}
+	}
 	red, ok := reduces(be)
 	if !ok {
 		rows, err := model.DownloadRows(be, logits)
@@ -169,5 +174,42 @@ func (e *Engine) sample(logits *npu.Tensor) (toks []sampling.Token, errs []error
 	for j, i := range at {
 		toks[i], errs[i] = rt[j], re[j]
 	}
+	return toks, errs, nil
+}
+
+// sampleSharded samples from a vocabulary-parallel model's sharded logits
+// (model.ShardedLogits): when every row is reducible, from the ranks'
+// merged reductions (only those cross between ranks); otherwise from
+// whole rows gathered for the step.
+func (e *Engine) sampleSharded(sh model.ShardedLogits, shard *npu.Tensor, V int) ([]sampling.Token, []error, error) {
+	R := len(e.samplers)
+	kmax := 0
+	touched := make([][]int32, R)
+	for i, s := range e.samplers {
+		k, t, ok := s.Reducible(V)
+		if !ok {
+			full, err := sh.GatherLogits(shard)
+			if err != nil {
+				return nil, nil, err
+			}
+			defer e.be.Free(full)
+			rows, err := model.DownloadRows(e.be, full)
+			if err != nil {
+				return nil, nil, err
+			}
+			toks, errs := sampling.SampleBatch(rows, e.samplers)
+			return toks, errs, nil
+		}
+		kmax, touched[i] = max(kmax, k), t
+	}
+	reds, err := sh.ReduceLogits(shard, kmax, touched)
+	if err != nil {
+		return nil, nil, err
+	}
+	rs := make([]sampling.Reduced, R)
+	for i, r := range reds {
+		rs[i] = sampling.Reduced{Vocab: V, IDs: r.IDs, Vals: r.Vals, Touched: touched[i], TouchedVals: r.TouchedVals, NaN: r.NaN, PosInf: r.PosInf}
+	}
+	toks, errs := sampling.SampleReducedBatch(rs, e.samplers)
 	return toks, errs, nil
 }

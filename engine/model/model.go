@@ -85,6 +85,36 @@ type Collective interface {
 	Collective() bool
 }
 
+// ShardedLogits is implemented by models whose Forward returns this
+// rank's vocabulary columns of the logits instead of whole rows (a
+// vocabulary-parallel TP leader): sampling then asks the model for a
+// reduction of every rank's columns, so only the reduced values cross
+// between ranks, to the leader only, or gathers whole rows for the rows
+// that need them.
+type ShardedLogits interface {
+	// VocabSharded reports whether Forward's logits are sharded, and the
+	// full vocabulary size V.
+	VocabSharded() (vocab int, sharded bool)
+	// ReduceLogits reduces the rows of the last Forward's sharded logits
+	// (shard, as Forward returned it) across the ranks: per row, the k
+	// best entries of the whole row (npu.SampleReducer's order and
+	// counts; ids in the whole vocabulary) and the raw values of the ids
+	// in touched[row] (ascending). It is the step's sync point.
+	ReduceLogits(shard *npu.Tensor, k int, touched [][]int32) ([]RowReduction, error)
+	// GatherLogits gathers the last Forward's sharded logits into whole
+	// rows [R, V] (a new device tensor the caller frees).
+	GatherLogits(shard *npu.Tensor) (*npu.Tensor, error)
+}
+
+// RowReduction is one row of ShardedLogits.ReduceLogits: host values.
+type RowReduction struct {
+	IDs         []int32   // the best ids, value descending, ties to the lower id, NaN last
+	Vals        []float32 // their values
+	TouchedVals []float32 // the values of the row's touched ids, in order
+	NaN, PosInf int       // the row's NaN and +Inf entries
+}
+
+
 // DownloadRows copies an F32 tensor [rows, n] (logits) to the host: the
 // synchronisation point between device and host.
 func DownloadRows(be npu.Backend, t *npu.Tensor) ([][]float32, error) {

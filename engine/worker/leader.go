@@ -27,6 +27,8 @@ const (
 	cmdDummy   = 3 // DummyStep
 	cmdStop    = 4 // leave the loop
 	cmdNoop    = 5 // keepalive of an idle leader
+	cmdReduce  = 6 // ReduceLogits(hdr[1] = k, hdr[2] payload words, hdr[3] rows)
+	cmdGather  = 7 // GatherLogits of the last Forward
 )
 
 // KeepaliveInterval is how often an idle leader tells its followers it is
@@ -71,6 +73,7 @@ func NewLeader(m *glm5next.Model, tp hccl.Comm) *Leader {
 	l := &Leader{m: m}
 	if tp != nil && tp.Size() > 1 {
 		l.tp = tp
+		shardLogits(m)
 		l.hdr = npu.Must(m.Backend().Alloc(npu.I32, headerWords)) // a few bytes at start-up
 		l.quit = make(chan struct{})
 		go l.keepalive(KeepaliveInterval)
@@ -223,11 +226,15 @@ func Follow(m *glm5next.Model, tp hccl.Comm) (err error) {
 		return err
 	}
 	defer be.Free(hdr)
-	var payload *npu.Tensor
+	shardLogits(m)
+	var payload, last *npu.Tensor // last: the last Forward's sharded logits
 	var cache *glm5next.Cache
 	defer func() {
 		if payload != nil {
 			be.Free(payload)
+		}
+		if last != nil {
+			be.Free(last)
 		}
 		if cache != nil {
 			cache.Free(be)
@@ -286,11 +293,67 @@ func Follow(m *glm5next.Model, tp hccl.Comm) (err error) {
 			if err != nil {
 				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
+			if last != nil {
+				be.Free(last)
+				last = nil
+			}
 			logits, err := m.Forward(cache, b)
 			if err != nil {
 				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
-			be.Free(logits)
+			if _, _, sharded := m.VocabShard(); sharded {
+				last = logits // the leader reduces or gathers it next
+			} else {
+				be.Free(logits)
+			}
+		case cmdReduce, cmdGather:
+			if last == nil {
+				return fmt.Errorf("worker: TP follower %d: a logits reduction without sharded logits", tp.Rank())
+			}
+			if h[0] == cmdGather {
+				full, err := m.GatherShards(last)
+				if err != nil {
+					return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), collectiveFailed("gathering the logits", err))
+				}
+				be.Free(full)
+				break
+			}
+			k, n, rows := int(h[1]), int(h[2]), int(h[3])
+			if rows != last.Dim(0) {
+				return fmt.Errorf("worker: TP follower %d: a reduction of %d rows for logits of %d", tp.Rank(), rows, last.Dim(0))
+			}
+			if payload, err = growI32(be, payload, n); err != nil {
+				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
+			}
+			p := payload.Rows(0, n)
+			if err := npu.RunOnStream(be, func() error { return tp.Broadcast(p, 0) }); err != nil {
+				return fmt.Errorf("worker: TP follower %d receiving a reduction: %w", tp.Rank(), err)
+			}
+			words, err := npu.DownloadI32(be, p)
+			if err != nil {
+				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
+			}
+			touched, err := decodeTouched(words, rows)
+			if err != nil {
+				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
+			}
+			lo, hi, _ := m.VocabShard()
+			parts, err := reduceShard(be, last, lo, hi, k, touched)
+			if err != nil {
+				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
+			}
+			err = npu.RunOnStream(be, func() error {
+				for _, t := range parts.tensors() {
+					if err := tp.Send(t, 0); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			parts.free(be)
+			if err != nil {
+				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), collectiveFailed("sending the reduced logits", err))
+			}
 		case cmdDummy:
 			if cache == nil {
 				return fmt.Errorf("worker: TP follower %d: a dummy step before any cache", tp.Rank())

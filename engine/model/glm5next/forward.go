@@ -141,7 +141,7 @@ func (m *Model) forward(c *Cache, b *Batch) *npu.Tensor {
 	}
 
 	R := p.nLogits
-	logits, err := be.Alloc(npu.F32, R, d.V)
+	logits, err := be.Alloc(npu.F32, R, m.logitWidth())
 	if err != nil {
 		fail(err)
 	}

@@ -103,6 +103,7 @@ type parallel struct {
 	full     dims // the whole model's sizes (Model.d holds this rank's)
 	vocab    bool // embed_tokens and lm_head split by vocabulary rows
 	vLo, vHi int  // this rank's vocabulary rows
+	sharded  bool // Forward's logits are this rank's columns (ShardLogits)
 	// Routed experts: this rank holds [first, first+n); owner[e] is the EP
 	// rank of expert e and local[e] its index there; maxLocal is the most
 	// experts any EP rank holds.
@@ -492,18 +493,30 @@ func (m *Model) embedStreams(x *npu.Tensor, tokens []int32) {
 	be.Gather(x.Reshape(T*d.n, d.D), e, m.ws.upload("embed.expand", expand))
 }
 
-// lmLogits computes the logits [R, V] of the final hidden states hn
-// [R, D]. A vocabulary-parallel rank computes its vocab/TP columns and the
-// TP group gathers them.
+// lmLogits computes the logits of the final hidden states hn [R, D]:
+// [R, V], or this rank's columns [R, vHi-vLo] when the logits stay
+// sharded (ShardLogits). A vocabulary-parallel rank computes its vocab/TP
+// columns and, unless they stay sharded, the TP group gathers them.
 func (m *Model) lmLogits(logits, hn *npu.Tensor) {
 	if m.par == nil || !m.par.vocab {
 		m.linear(logits, hn, m.lmHead)
 		return
 	}
-	p, be := m.par, m.be
-	R, tp, vl := hn.Dim(0), p.TPSize, p.vHi-p.vLo
-	part := m.ws.get("logits.part", npu.F32, R, vl)
+	if m.par.sharded {
+		m.linear(logits, hn, m.lmHead)
+		return
+	}
+	p := m.par
+	part := m.ws.get("logits.part", npu.F32, hn.Dim(0), p.vHi-p.vLo)
 	m.linear(part, hn, m.lmHead)
+	m.gatherShards(logits, part)
+}
+
+// gatherShards all-gathers every TP rank's columns part [R, vl] of the
+// logits into logits [R, V].
+func (m *Model) gatherShards(logits, part *npu.Tensor) {
+	p, be := m.par, m.be
+	R, tp, vl := part.Dim(0), p.TPSize, p.vHi-p.vLo
 	all := m.ws.get("logits.all", npu.F32, tp, R, vl)
 	m.collective("logits all-gather", func() error { return p.TP.AllGather(all, part) })
 	// Block t of all holds columns [t·vl, (t+1)·vl) of every row: row
@@ -515,6 +528,62 @@ func (m *Model) lmLogits(logits, hn *npu.Tensor) {
 		}
 	}
 	be.Gather(logits.Reshape(R*tp, vl), all.Reshape(tp*R, vl), m.ws.upload("logits.order", idx))
+}
+
+// ShardLogits makes a vocabulary-parallel model's Forward return this
+// rank's columns of the logits, [R, hi-lo] (VocabShard), instead of
+// all-gathering whole rows to every TP rank: the TP leader then samples
+// from a reduction of every rank's columns (engine/worker), so only the
+// reduced values cross between ranks, to the leader only. It has no
+// effect on a model that is not vocabulary-parallel. Every rank of the
+// TP group must make the same choice.
+func (m *Model) ShardLogits(on bool) {
+	if m.par != nil && m.par.vocab {
+		m.par.sharded = on
+	}
+}
+
+// VocabShard returns the vocabulary columns [lo, hi) this rank's logits
+// hold and whether Forward returns only those (ShardLogits).
+func (m *Model) VocabShard() (lo, hi int, sharded bool) {
+	if m.par == nil || !m.par.vocab {
+		return 0, m.d.V, false
+	}
+	return m.par.vLo, m.par.vHi, m.par.sharded
+}
+
+// GatherShards all-gathers the sharded logits shard [R, hi-lo] of the
+// last Forward into whole rows [R, V] (a new tensor the caller frees);
+// every TP rank calls it (a collective), for the steps whose sampling
+// needs whole rows.
+func (m *Model) GatherShards(shard *npu.Tensor) (logits *npu.Tensor, err error) {
+	defer func() {
+		if e := stepFailure(recover()); e != nil {
+			if logits != nil {
+				m.be.Free(logits)
+			}
+			logits, err = nil, e
+		}
+	}()
+	if m.par == nil || !m.par.sharded {
+		return nil, errors.New("glm5next: GatherShards on a model whose logits are not sharded")
+	}
+	if logits, err = m.be.Alloc(npu.F32, shard.Dim(0), m.par.full.V); err != nil {
+		return nil, err
+	}
+	if shard.Dim(0) > 0 {
+		m.gatherShards(logits, shard)
+	}
+	return logits, nil
+}
+
+// logitWidth is the width of Forward's logits: V, or this rank's columns
+// when they stay sharded.
+func (m *Model) logitWidth() int {
+	if m.par != nil && m.par.sharded {
+		return m.par.vHi - m.par.vLo
+	}
+	return m.d.V
 }
 
 // idleLayer is a decoder layer of a forward without rows: an

@@ -1,0 +1,343 @@
+package worker
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/npuserve/npuserve/engine/model"
+	"github.com/npuserve/npuserve/engine/model/glm5next"
+	"github.com/npuserve/npuserve/npu"
+)
+
+// Vocabulary-parallel sampling. A TP group whose lm_head is split by
+// vocabulary keeps each rank's columns of the logits where they were
+// computed (glm5next.Model.ShardLogits) instead of all-gathering whole
+// rows to every rank: for a step whose rows can be sampled from a
+// reduction (greedy rows; sampling.Sampler.Reducible), every rank reduces
+// its own columns on its device (npu.SampleReducer) and sends only the
+// reduced values to the leader, which merges them; a step with a row
+// that needs its whole row gathers the rows as before (GatherLogits).
+// Per greedy decode step the bytes between ranks fall from
+// (TP-1)·R·V·4 to every rank to (TP-1)·R·(8k+8) to the leader.
+
+var _ model.ShardedLogits = (*Leader)(nil)
+
+// shardLogits keeps m's logits sharded when m is vocabulary-parallel and
+// its backend can reduce them; the leader and its followers decide alike
+// (the same model split, the same backend).
+func shardLogits(m *glm5next.Model) {
+	if _, ok := m.Backend().(npu.SampleReducer); ok {
+		m.ShardLogits(true)
+	}
+}
+
+// VocabSharded implements model.ShardedLogits.
+func (l *Leader) VocabSharded() (int, bool) {
+	_, _, sharded := l.m.VocabShard()
+	return l.m.Config().VocabSize, sharded && l.tp != nil
+}
+
+// GatherLogits implements model.ShardedLogits: the followers join the
+// all-gather of their last Forward's columns.
+func (l *Leader) GatherLogits(shard *npu.Tensor) (*npu.Tensor, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.send(cmdGather, 0, 0, 0); err != nil {
+		return nil, err
+	}
+	full, err := l.m.GatherShards(shard)
+	if err != nil {
+		return nil, collectiveFailed("gathering the logits", err)
+	}
+	return full, nil
+}
+
+// ReduceLogits implements model.ShardedLogits: every rank reduces its
+// columns of each row to the k best and the touched ids it holds; the
+// followers send theirs to the leader, which merges them.
+func (l *Leader) ReduceLogits(shard *npu.Tensor, k int, touched [][]int32) ([]model.RowReduction, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	be := l.m.Backend()
+	R := shard.Dim(0)
+	if len(touched) != R {
+		return nil, fmt.Errorf("worker: ReduceLogits: touched ids for %d rows, logits of %d", len(touched), R)
+	}
+	V, tp := l.m.Config().VocabSize, l.tp.Size()
+	words := encodeTouched(nil, touched)
+	if err := l.send(cmdReduce, k, len(words), R); err != nil {
+		return nil, err
+	}
+	var err error
+	if l.payload, err = growI32(be, l.payload, len(words)); err != nil {
+		return nil, err
+	}
+	p := l.payload.Rows(0, len(words))
+	if err := be.Upload(p, npu.EncodeInt32s(words)); err != nil {
+		return nil, err
+	}
+	if err := npu.RunOnStream(be, func() error { return l.tp.Broadcast(p, 0) }); err != nil {
+		return nil, collectiveFailed("broadcasting a logits reduction", err)
+	}
+	parts := make([]shardParts, tp)
+	defer func() {
+		for i := range parts {
+			parts[i].free(be)
+		}
+	}()
+	lo, hi, _ := l.m.VocabShard()
+	if parts[0], err = reduceShard(be, shard, lo, hi, k, touched); err != nil {
+		return nil, err
+	}
+	for t := 1; t < tp; t++ {
+		tlo, thi := V/tp*t, V/tp*(t+1)
+		if parts[t], err = allocShard(be, R, min(k, thi-tlo), countTouched(touched, tlo, thi)); err != nil {
+			return nil, err
+		}
+	}
+	err = npu.RunOnStream(be, func() error {
+		for t := 1; t < tp; t++ {
+			for _, x := range parts[t].tensors() {
+				if err := l.tp.Recv(x, t); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, collectiveFailed("receiving the reduced logits", err)
+	}
+	host := make([]hostShard, tp)
+	for t := range parts {
+		if host[t], err = parts[t].download(be); err != nil {
+			return nil, err
+		}
+		host[t].lo = V / tp * t
+	}
+	return mergeShards(host, R, k, V, tp, touched), nil
+}
+
+// shardParts are one rank's reduction of its columns: stats I32 [R, 2]
+// (NaN and +Inf counts), the kt best values and ids (local ids) [R, kt],
+// and the raw values of the touched ids in its columns, row by row.
+type shardParts struct {
+	stats, vals, ids, touched *npu.Tensor
+}
+
+// tensors lists the parts in the order they travel.
+func (s shardParts) tensors() []*npu.Tensor {
+	var out []*npu.Tensor
+	for _, t := range []*npu.Tensor{s.stats, s.vals, s.ids, s.touched} {
+		if t != nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func (s *shardParts) free(be npu.Backend) {
+	for _, t := range s.tensors() {
+		be.Free(t)
+	}
+	*s = shardParts{}
+}
+
+// allocShard allocates the parts of a reduction of R rows to kt best and
+// n touched values.
+func allocShard(be npu.Backend, R, kt, n int) (s shardParts, err error) {
+	defer func() {
+		if err != nil {
+			s.free(be)
+		}
+	}()
+	if s.stats, err = be.Alloc(npu.I32, R, 2); err != nil {
+		return s, err
+	}
+	if kt > 0 {
+		if s.vals, err = be.Alloc(npu.F32, R, kt); err != nil {
+			return s, err
+		}
+		if s.ids, err = be.Alloc(npu.I32, R, kt); err != nil {
+			return s, err
+		}
+	}
+	if n > 0 {
+		if s.touched, err = be.Alloc(npu.F32, n, 1); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// reduceShard enqueues this rank's reduction of shard [R, hi-lo], the
+// columns [lo, hi) of the logits.
+func reduceShard(be npu.Backend, shard *npu.Tensor, lo, hi, k int, touched [][]int32) (shardParts, error) {
+	red, ok := be.(npu.SampleReducer)
+	if !ok {
+		return shardParts{}, fmt.Errorf("worker: backend %s cannot reduce logits", be.Name())
+	}
+	R, vl := shard.Dim(0), hi-lo
+	var idx []int32
+	for r, ids := range touched {
+		for _, id := range ids {
+			if int(id) >= lo && int(id) < hi {
+				idx = append(idx, int32(r*vl+int(id)-lo))
+			}
+		}
+	}
+	s, err := allocShard(be, R, min(k, vl), len(idx))
+	if err != nil {
+		return s, err
+	}
+	red.SampleReduce(s.vals, s.ids, s.stats, shard, min(k, vl))
+	if len(idx) > 0 {
+		it, err := be.Alloc(npu.I32, len(idx))
+		if err != nil {
+			s.free(be)
+			return s, err
+		}
+		defer be.Free(it) // after the Gather on the stream
+		if err := be.Upload(it, npu.EncodeInt32s(idx)); err != nil {
+			s.free(be)
+			return s, err
+		}
+		be.Gather(s.touched, shard.Reshape(R*vl, 1), it)
+	}
+	return s, nil
+}
+
+// hostShard is one rank's reduction on the host.
+type hostShard struct {
+	lo      int
+	stats   []int32
+	vals    []float32
+	ids     []int32
+	touched []float32
+	kt      int
+}
+
+// download is the sync point of a reduction.
+func (s shardParts) download(be npu.Backend) (h hostShard, err error) {
+	if h.stats, err = npu.DownloadI32(be, s.stats); err != nil {
+		return h, err
+	}
+	if s.vals != nil {
+		h.kt = s.vals.Dim(1)
+		if h.vals, err = npu.DownloadF32(be, s.vals); err != nil {
+			return h, err
+		}
+		if h.ids, err = npu.DownloadI32(be, s.ids); err != nil {
+			return h, err
+		}
+	}
+	if s.touched != nil {
+		if h.touched, err = npu.DownloadF32(be, s.touched); err != nil {
+			return h, err
+		}
+	}
+	return h, nil
+}
+
+// mergeShards merges the ranks' reductions into whole-row reductions: the
+// k best of every rank's candidates in npu.TopK's order (value
+// descending, ties to the lower id, NaN last), the counts summed, each
+// touched id's value from the rank that holds it.
+func mergeShards(host []hostShard, R, k, V, tp int, touched [][]int32) []model.RowReduction {
+	out := make([]model.RowReduction, R)
+	cursor := make([]int, tp)
+	per := V / tp
+	type cand struct {
+		v  float32
+		id int32
+	}
+	var cs []cand
+	for r := range R {
+		cs = cs[:0]
+		var red model.RowReduction
+		for _, h := range host {
+			red.NaN += int(h.stats[2*r])
+			red.PosInf += int(h.stats[2*r+1])
+			for j := range h.kt {
+				cs = append(cs, cand{h.vals[r*h.kt+j], h.ids[r*h.kt+j] + int32(h.lo)})
+			}
+		}
+		slices.SortFunc(cs, func(a, b cand) int {
+			an, bn := math.IsNaN(float64(a.v)), math.IsNaN(float64(b.v))
+			switch {
+			case an != bn:
+				if an {
+					return 1
+				}
+				return -1
+			case !an && a.v != b.v:
+				if a.v > b.v {
+					return -1
+				}
+				return 1
+			}
+			return cmp.Compare(a.id, b.id)
+		})
+		n := min(k, len(cs))
+		red.IDs, red.Vals = make([]int32, n), make([]float32, n)
+		for j := range n {
+			red.IDs[j], red.Vals[j] = cs[j].id, cs[j].v
+		}
+		red.TouchedVals = make([]float32, len(touched[r]))
+		for j, id := range touched[r] {
+			t := min(int(id)/per, tp-1)
+			red.TouchedVals[j] = host[t].touched[cursor[t]]
+			cursor[t]++
+		}
+		out[r] = red
+	}
+	return out
+}
+
+// countTouched counts the touched ids in [lo, hi).
+func countTouched(touched [][]int32, lo, hi int) int {
+	n := 0
+	for _, ids := range touched {
+		for _, id := range ids {
+			if int(id) >= lo && int(id) < hi {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// encodeTouched appends the touched ids of each row: the rows' counts,
+// then their ids.
+func encodeTouched(dst []int32, touched [][]int32) []int32 {
+	for _, ids := range touched {
+		dst = append(dst, int32(len(ids)))
+	}
+	for _, ids := range touched {
+		dst = append(dst, ids...)
+	}
+	return dst
+}
+
+// decodeTouched reads encodeTouched's words for rows rows.
+func decodeTouched(w []int32, rows int) ([][]int32, error) {
+	if len(w) < rows {
+		return nil, fmt.Errorf("worker: a touched-id list of %d words for %d rows", len(w), rows)
+	}
+	out := make([][]int32, rows)
+	off := rows
+	for r := range rows {
+		n := int(w[r])
+		if n < 0 || off+n > len(w) {
+			return nil, fmt.Errorf("worker: a touched-id list that does not add up (row %d: %d ids)", r, n)
+		}
+		out[r] = w[off : off+n]
+		off += n
+	}
+	if off != len(w) {
+		return nil, fmt.Errorf("worker: a touched-id list with %d extra words", len(w)-off)
+	}
+	return out, nil
+}
