@@ -38,7 +38,8 @@ type Backend struct {
 	asyncAlloc bool     // stream-ordered allocator (cuMemAllocAsync)
 	pending    []uint64 // without it: freed at the next Sync
 
-	kern *kernelSet
+	kern        *kernelSet
+	sharedOptIn map[uintptr]int // kernel -> dynamic shared memory it was allowed (launchShared)
 
 	lt        uintptr // cuBLASLt handle
 	ltWS      uint64  // its workspace

@@ -9,9 +9,12 @@ import "fmt"
 
 // Device error codes (ERR_* in kernels/common.cuh).
 const (
-	devErrIndex  = 1
-	devErrSlot   = 2
-	devErrLayout = 3
+	devErrIndex      = 1
+	devErrSlot       = 2
+	devErrLayout     = 3
+	devErrRows       = 4
+	devErrSharedSlot = 5
+	devErrPosition   = 6
 )
 
 // Op codes that kernels report with their failure.
@@ -21,6 +24,9 @@ const (
 	opScatter
 	opConv1d
 	opConv1dUpdate
+	opKDA
+	opDSAIndex
+	opSparseMLA
 )
 
 var opNames = map[int]string{
@@ -29,6 +35,9 @@ var opNames = map[int]string{
 	opScatter:      "Scatter",
 	opConv1d:       "Conv1d",
 	opConv1dUpdate: "Conv1dUpdate",
+	opKDA:          "KDA",
+	opDSAIndex:     "DSAIndex",
+	opSparseMLA:    "SparseMLA",
 }
 
 // DeviceError is a failure that a kernel detected in device data: an
@@ -48,6 +57,12 @@ func (e *DeviceError) Error() string {
 		return fmt.Sprintf("cuda: %s: state slot %d out of range (detected on the device)", e.Op, e.Value)
 	case devErrLayout:
 		return fmt.Sprintf("cuda: %s: the layout does not have one row per sequence (sequence %d; detected on the device)", e.Op, e.Value)
+	case devErrRows:
+		return fmt.Sprintf("cuda: %s: QueryStart does not split the batch's rows at sequence %d (detected on the device)", e.Op, e.Value)
+	case devErrSharedSlot:
+		return fmt.Sprintf("cuda: %s: two sequences share state slot %d (detected on the device)", e.Op, e.Value)
+	case devErrPosition:
+		return fmt.Sprintf("cuda: %s: position %d is outside its sequence, block table or cache (detected on the device)", e.Op, e.Value)
 	}
 	return fmt.Sprintf("cuda: %s: device error %d (value %d)", e.Op, e.Code, e.Value)
 }

@@ -90,13 +90,21 @@ func TestGPUMemoryContract(t *testing.T) {
 	b.Free(d)
 }
 
-func TestOpenRefusesPartialBackend(t *testing.T) {
-	_, err := open(npu.OpenOptions{})
-	if err == nil {
-		t.Fatal("open succeeded with unimplemented ops")
+func TestOpenWholeBackend(t *testing.T) {
+	gpu(t)
+	if len(unimplementedOps) > 0 {
+		t.Fatalf("ops still unimplemented: %v", unimplementedOps)
 	}
-	if !errors.Is(err, npu.ErrUnavailable) {
-		t.Fatalf("open: %v does not wrap ErrUnavailable", err)
+	be, err := open(npu.OpenOptions{})
+	if err != nil {
+		t.Fatalf("open: %v", err)
 	}
-	t.Logf("open: %v", err)
+	if be.Name() != "cuda" || !be.Info().Accelerator {
+		t.Errorf("open: %s, %+v", be.Name(), be.Info())
+	}
+	if c, ok := be.(interface{ Close() error }); ok {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	}
 }

@@ -165,7 +165,6 @@ func TestArgumentChecks(t *testing.T) {
 		{"Router groups", "Router", func() {
 			b.Router(ft(f32, 1, 2), ft(i32, 1, 2), ft(f32, 1, 4), ft(f32, 6, 4), ft(f32, 6), npu.RouterParams{TopK: 2, NGroup: 4, TopKGroup: 1})
 		}},
-		{"KDA", "cuda: KDA is not implemented yet", func() { b.KDA(nil, nil, nil, nil, nil, nil, 0, 0, 0) }},
 		{"foreign tensor", "does not live on this CUDA backend", func() { b.Add(ft(f32, 3), ft(f32, 3), ft(f32, 3)) }},
 	}
 	for _, c := range cases {

@@ -1,35 +1,8 @@
 package cuda
 
-import (
-	"fmt"
-
-	"github.com/npuserve/npuserve/npu"
-)
-
-// The ops this build of the CUDA backend does not implement yet. Open
+// The ops this build of the CUDA backend does not implement. Open
 // refuses to open the backend while this list is not empty, so
-// --device cuda never runs a partial backend; calling one directly (a
-// test that constructs the Backend with New) is a programming error.
-var unimplementedOps = []string{"KDA", "KPool", "DSAIndex", "SparseMLA"}
-
-func notImplemented(op string) {
-	panic(fmt.Sprintf("cuda: %s is not implemented yet", op))
-}
-
-// KDA is not implemented yet.
-func (b *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout, heads, headDim, chunk int) {
-	notImplemented("KDA")
-}
-
-// KPool is not implemented yet.
-func (b *Backend) KPool(out, keys, gates, ape *npu.Tensor) { notImplemented("KPool") }
-
-// DSAIndex is not implemented yet.
-func (b *Backend) DSAIndex(out, q, w, pooled *npu.Tensor, seqs *npu.SeqLayout, p npu.IndexParams) {
-	notImplemented("DSAIndex")
-}
-
-// SparseMLA is not implemented yet.
-func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.SeqLayout, heads, dk, dv int, scale float32) {
-	notImplemented("SparseMLA")
-}
+// --device cuda never runs a partial backend. Every op of npu.Ops is
+// implemented today; the list stays as the guard for ops added to the
+// interface later.
+var unimplementedOps []string

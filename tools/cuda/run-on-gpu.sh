@@ -94,7 +94,7 @@ run)
 	san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 	if [ -n "$san" ] && [ -z "${NO_MEMCHECK:-}" ]; then
 		timeout ${MEMCHECK_S:-90} "$san" --tool memcheck --print-limit 20 ./cuda.test -test.run \
-			"${MEMCHECK_RUN:-TestGPU(Copy|Fill|Elementwise|SwiGLU|Softmax|Norms|GatherScatter|TopK|MatMul|HC|Conv1d|KDAGate|Router|MoE|MatMulQ|MoEQ|SampleReduce)\$}" \
+			"${MEMCHECK_RUN:-TestGPU(Copy|Fill|Elementwise|SwiGLU|Softmax|Norms|GatherScatter|TopK|MatMul|HC|Conv1d|KDAGate|Router|MoE|MatMulQ|MoEQ|SampleReduce|KDA|KPool|DSAIndex|SparseMLA|SparseMLAFromIndex|AttnDeviceErrors)\$}" \
 			>"$out/cuda-memcheck.log" 2>&1
 		echo "memcheck exit $?"; tail -5 "$out/cuda-memcheck.log"
 	fi

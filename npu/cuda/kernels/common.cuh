@@ -20,6 +20,9 @@ typedef unsigned long long u64;
 #define ERR_INDEX 1  // a row index outside its table
 #define ERR_SLOT 2   // a state slot outside the state tensor
 #define ERR_LAYOUT 3 // a SeqLayout that does not describe the batch
+#define ERR_ROWS 4        // QueryStart does not split the batch's rows
+#define ERR_SHARED_SLOT 5 // two sequences with rows share a state slot
+#define ERR_POSITION 6    // a position outside its sequence, block table or cache
 
 #define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
 

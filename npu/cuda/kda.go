@@ -1,0 +1,78 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/npuserve/npuserve/npu"
+)
+
+// KDA limits (kernels/kda.cu): K is split into slices of kdaRows state
+// rows, one slice per thread row of a block, at most 32 slices.
+const (
+	kdaRows   = 32
+	kdaMaxK   = 32 * kdaRows
+	kdaStage  = 8        // tokens whose q̂, k̂, e one staging step holds
+	kdaShared = 36 << 10 // the staging memory's bound (48 KiB, the default limit, less the static part)
+)
+
+// KDA runs Kimi Delta Attention over each sequence's rows (see npu.Ops.KDA),
+// continuing from and updating the fp32 state [slots, H, K, V] (V = K) at
+// each sequence's StateSlot.
+//
+// Both settings of chunk run the token recurrence (kernels/kda.cu): one
+// block per (sequence, head, 32 state columns) keeps its part of the state
+// in registers and steps through the sequence's rows. The chunked form is
+// an exact rewrite of the same recurrence, so the results agree with the
+// CPU backend's chunked ones to fp32 rounding (its tests hold both to 5e-6
+// of a float64 reference). The cost of not chunking is prefill latency:
+// the rows of a sequence are processed one after another (two block
+// barriers each) and the O(T·K·V) work runs on the CUDA cores instead of
+// the tensor cores a chunked kernel would use; decode (one row per
+// sequence) loses nothing.
+//
+// Argument shapes are checked here as on the CPU backend; a layout whose
+// QueryStart does not split the rows, a state slot outside state, or two
+// sequences sharing a slot are found on the device (a DeviceError at the
+// next Sync; the outputs are then undefined).
+func (b *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout, heads, headDim, chunk int) {
+	H, K := heads, headDim
+	V := K
+	if H <= 0 || K <= 0 || chunk < 0 {
+		panic(fmt.Sprintf("cuda: KDA heads %d, head dim %d, chunk %d", H, K, chunk))
+	}
+	checkLayout("KDA", seqs)
+	T := seqs.NumRows
+	HK := H * K
+	switch {
+	case qkv.Numel() != T*3*HK || qkv.RowSize() != 3*HK:
+		panic(fmt.Sprintf("cuda: KDA qkv %v, want [%d, %d]", qkv, T, 3*HK))
+	case g.Numel() != T*HK:
+		panic(fmt.Sprintf("cuda: KDA g %v, want [%d, %d]", g, T, HK))
+	case beta.Numel() != T*H:
+		panic(fmt.Sprintf("cuda: KDA beta %v, want [%d, %d]", beta, T, H))
+	case out.Numel() != T*H*V:
+		panic(fmt.Sprintf("cuda: KDA out %v, want [%d, %d]", out, T, H*V))
+	case state.Rank() < 1 || state.RowSize() != H*K*V:
+		panic(fmt.Sprintf("cuda: KDA state %v, want [slots, %d, %d, %d]", state, H, K, V))
+	}
+	wantF32("KDA", out, qkv, g, beta, state)
+	if K > kdaMaxK {
+		panic(fmt.Sprintf("cuda: KDA supports head dims up to %d, got %d", kdaMaxK, K))
+	}
+	B := seqs.NumSeqs
+	if B == 0 || T == 0 {
+		return
+	}
+	inv := b.temp(8 * T * H * 2)
+	warps := int64(T) * int64(H) * 2
+	b.launch("k_kda_norms", b.gridFor(warps*32, 256), d1(256), 0, inv.ptr, b.ptr(qkv), pI32(T), pI32(H), pI32(K))
+	tok := max(1, min(kdaStage, kdaShared/(3*4*K)))
+	ns := (K + kdaRows - 1) / kdaRows
+	scale := float32(1 / math.Sqrt(float64(K)))
+	b.launchChecked("k_kda", d2(B*H, (V+31)/32), dim3{32, uint32(ns), 1}, 3*4*K*tok,
+		b.ptr(out), b.ptr(qkv), b.ptr(g), b.ptr(beta), b.ptr(state), inv.ptr,
+		b.ptr(seqs.QueryStart), b.ptr(seqs.StateSlot), pI32(B), pI32(T), pI32(H), pI32(K), pI32(V),
+		pI32(state.Dim(0)), pF32(scale), pI32(tok), b.errWord, pI32(opKDA))
+	b.freeBuf(inv)
+}

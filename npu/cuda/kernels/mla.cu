@@ -1,0 +1,292 @@
+// Sparse NoPE MLA in the absorbed form (npu/cpu/mla.go): per row t and
+// head h, q̃ = W_UK[h]ᵀ q[t,h] (k_mla_qlat), z = Σ_s softmax_s(scale
+// q̃·c_s) c_s over the row's selected latents c_s with an online softmax
+// (k_mla_attn), out[t,h] = W_UV[h] z (k_mla_out). k_mla_select first turns
+// each row of sel into its distinct cache rows, in position order.
+
+// seq_of returns the sequence of row t: the last b with qs[b] <= t.
+__device__ __forceinline__ int seq_of(const int *qs, int B, int t) {
+	int lo = 0, hi = B; // qs[lo] <= t < qs[hi]
+	while (hi - lo > 1) {
+		const int mid = (lo + hi) >> 1;
+		if (qs[mid] <= t) {
+			lo = mid;
+		} else {
+			hi = mid;
+		}
+	}
+	return lo;
+}
+
+#define MLA_INT_MAX 0x7fffffff
+
+// k_mla_select: one block per row t; dynamic shared memory n2 ints (n2 a
+// power of two >= width). rows [T, width] gets the cache rows of the
+// row's distinct valid positions, ascending, then counts[t] their number.
+// A position outside the sequence, or whose block is missing or outside
+// the cache, is reported; such a cache row is written as -1 (skipped).
+extern "C" __global__ void k_mla_select(int *rows, int *counts, const int *sel, const int *qs, const int *pos,
+					const int *bt, int B, int width, int n2, int bs, int maxBlocks, int nslots, int *err,
+					int op) {
+	extern __shared__ int keys[];
+	__shared__ int scan[1024];
+	const int t = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
+	const int b = seq_of(qs, B, t);
+	if (qs[b] > t || qs[b + 1] <= t || pos[b] < 0) {
+		if (tid == 0) {
+			report(err, ERR_ROWS, op, b);
+			counts[t] = 0;
+		}
+		return;
+	}
+	const int seqLen = pos[b] + qs[b + 1] - qs[b];
+	for (int i = tid; i < n2; i += nt) {
+		int v = MLA_INT_MAX;
+		if (i < width) {
+			v = sel[(i64)t * width + i];
+			if (v >= seqLen) {
+				report(err, ERR_POSITION, op, v);
+				v = MLA_INT_MAX;
+			} else if (v < 0) {
+				v = MLA_INT_MAX;
+			}
+		}
+		keys[i] = v;
+	}
+	__syncthreads();
+	for (int size = 2; size <= n2; size <<= 1) {
+		for (int stride = size >> 1; stride > 0; stride >>= 1) {
+			for (int u = tid; u < n2 / 2; u += nt) {
+				const int p = 2 * u - (u & (stride - 1));
+				const bool asc = (p & size) == 0;
+				const int x = keys[p], y = keys[p + stride];
+				if ((x > y) == asc) {
+					keys[p] = y;
+					keys[p + stride] = x;
+				}
+			}
+			__syncthreads();
+		}
+	}
+	// Compact the distinct valid keys: each thread a contiguous chunk, an
+	// inclusive scan of the chunks' counts.
+	const int chunk = (n2 + nt - 1) / nt, lo = min(tid * chunk, n2), hi = min(lo + chunk, n2);
+	int c = 0;
+	for (int i = lo; i < hi; i++) {
+		c += keys[i] != MLA_INT_MAX && (i == 0 || keys[i - 1] != keys[i]);
+	}
+	scan[tid] = c;
+	__syncthreads();
+	for (int o = 1; o < nt; o <<= 1) {
+		const int add = tid >= o ? scan[tid - o] : 0;
+		__syncthreads();
+		scan[tid] += add;
+		__syncthreads();
+	}
+	int at = scan[tid] - c;
+	int *out = rows + (i64)t * width;
+	for (int i = lo; i < hi; i++) {
+		const int v = keys[i];
+		if (v == MLA_INT_MAX || (i > 0 && keys[i - 1] == v)) {
+			continue;
+		}
+		const int blk = v / bs;
+		const int cb = blk < maxBlocks ? bt[(i64)b * maxBlocks + blk] : -1;
+		const i64 r = (i64)cb * bs + (v - blk * bs);
+		if (cb < 0 || r >= nslots) {
+			report(err, ERR_POSITION, op, v);
+			out[at++] = -1;
+		} else {
+			out[at++] = (int)r;
+		}
+	}
+	if (tid == nt - 1) {
+		counts[t] = scan[tid];
+	}
+}
+
+#define MLA_QT 8 // rows per block of k_mla_qlat and k_mla_out
+
+// k_mla_qlat: grid (ceil(n/8), H), 256 threads, dynamic shared memory
+// 8*dk floats. qlat [n, H, R] for rows t0..t0+n: q̃[t,h,r] =
+// Σ_i q[t,h,i] kvB[h*(dk+dv)+i][r].
+extern "C" __global__ void k_mla_qlat(float *qlat, const float *q, const void *kvB, int wdt, int t0, int n, int H,
+				      int dk, int dv, int R) {
+	extern __shared__ float qsh[];
+	const int r0 = blockIdx.x * MLA_QT, h = blockIdx.y, nr = min(MLA_QT, n - r0);
+	for (int e = threadIdx.x; e < MLA_QT * dk; e += blockDim.x) {
+		const int j = e / dk, i = e - j * dk;
+		qsh[e] = j < nr ? q[((i64)(t0 + r0 + j) * H + h) * dk + i] : 0.0f;
+	}
+	__syncthreads();
+	const i64 wb = (i64)h * (dk + dv) * R;
+	for (int r = threadIdx.x; r < R; r += blockDim.x) {
+		float acc[MLA_QT];
+#pragma unroll
+		for (int j = 0; j < MLA_QT; j++) {
+			acc[j] = 0;
+		}
+		for (int i = 0; i < dk; i++) {
+			const float wv = ldf(kvB, wb + (i64)i * R + r, wdt);
+#pragma unroll
+			for (int j = 0; j < MLA_QT; j++) {
+				acc[j] += qsh[j * dk + i] * wv;
+			}
+		}
+		for (int j = 0; j < nr; j++) {
+			qlat[((i64)(r0 + j) * H + h) * R + r] = acc[j];
+		}
+	}
+}
+
+#define MLA_PS 32 // latents per tile (one per lane in the scoring step)
+#define MLA_HG 16 // heads per block, at most
+#define MLA_RC 4  // latent columns per thread, at most (R <= 256*MLA_RC)
+
+// k_mla_attn: grid (n, ceil(H/hg)), 256 threads; dynamic shared memory
+// (hg*R + 32*(R+1) + hg*33 + 3*hg) floats + 32 ints. z [n, H, R] holds q̃
+// on entry and Σ_s p_s c_s (normalised) on exit, for rows t0..t0+n.
+extern "C" __global__ __launch_bounds__(256) void k_mla_attn(float *z, const void *lat, int ldt, const int *rows,
+							     const int *counts, int t0, int H, int R, int width, int hg,
+							     float scale) {
+	extern __shared__ float sh[];
+	const int tr = blockIdx.x, t = t0 + tr, h0 = blockIdx.y * hg, ng = min(hg, H - h0);
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int lr = R + 1;
+	float *qsh = sh, *ls = qsh + hg * R, *ps = ls + MLA_PS * lr, *corr = ps + hg * (MLA_PS + 1), *ms = corr + hg,
+	      *lsum = ms + hg;
+	int *idx = (int *)(lsum + hg);
+	float *zr = z + ((i64)tr * H + h0) * R;
+	for (int e = tid; e < ng * R; e += blockDim.x) {
+		qsh[e] = zr[e];
+	}
+	if (tid < hg) {
+		ms[tid] = neg_inf();
+		lsum[tid] = 0;
+	}
+	float acc[MLA_RC][MLA_HG];
+#pragma unroll
+	for (int c = 0; c < MLA_RC; c++) {
+#pragma unroll
+		for (int h = 0; h < MLA_HG; h++) {
+			acc[c][h] = 0;
+		}
+	}
+	const int n = counts[t];
+	const int *rr = rows + (i64)t * width;
+	for (int s0 = 0; s0 < n; s0 += MLA_PS) {
+		__syncthreads(); // the previous tile has been used
+		if (tid < MLA_PS) {
+			idx[tid] = s0 + tid < n ? rr[s0 + tid] : -1;
+		}
+		__syncthreads();
+		for (int e = tid; e < MLA_PS * R; e += blockDim.x) {
+			const int s = e / R, c = e - s * R, row = idx[s];
+			ls[s * lr + c] = row >= 0 ? ldf(lat, (i64)row * R + c, ldt) : 0.0f;
+		}
+		__syncthreads();
+		// Scores: lane = latent, warp w = heads w, w+8.
+		for (int h = warp; h < ng; h += 8) {
+			const float *qh = qsh + h * R, *lv = ls + lane * lr;
+			float d = 0;
+			for (int c = 0; c < R; c++) {
+				d += qh[c] * lv[c];
+			}
+			float x = d * scale;
+			if (idx[lane] < 0) {
+				x = neg_inf();
+			}
+			// Online softmax update of head h over this tile.
+			const float mt = warp_nanmax(x);
+			const float mo = ms[h], mn = fmaxf(mo, mt);
+			float p = 0, cr = 1;
+			if (mn != neg_inf()) {
+				p = expf(x - mn);
+				cr = mo == neg_inf() ? 0.0f : expf(mo - mn);
+			}
+			const float sp = warp_sum(p);
+			ps[h * (MLA_PS + 1) + lane] = p;
+			__syncwarp();
+			if (lane == 0) {
+				corr[h] = cr;
+				ms[h] = mn;
+				lsum[h] = lsum[h] * cr + sp;
+			}
+		}
+		__syncthreads();
+#pragma unroll
+		for (int c = 0; c < MLA_RC; c++) {
+			const int r = tid + c * 256;
+			if (r < R) {
+#pragma unroll
+				for (int h = 0; h < MLA_HG; h++) {
+					if (h < ng) {
+						acc[c][h] *= corr[h];
+					}
+				}
+				for (int s = 0; s < MLA_PS; s++) {
+					const float lv = ls[s * lr + r];
+#pragma unroll
+					for (int h = 0; h < MLA_HG; h++) {
+						if (h < ng) {
+							acc[c][h] += ps[h * (MLA_PS + 1) + s] * lv;
+						}
+					}
+				}
+			}
+		}
+	}
+	__syncthreads();
+#pragma unroll
+	for (int c = 0; c < MLA_RC; c++) {
+		const int r = tid + c * 256;
+		if (r < R) {
+#pragma unroll
+			for (int h = 0; h < MLA_HG; h++) {
+				if (h < ng) {
+					const float l = lsum[h];
+					zr[(i64)h * R + r] = l > 0 ? acc[c][h] * (float)(1.0 / (double)l) : 0.0f;
+				}
+			}
+		}
+	}
+}
+
+// k_mla_out: grid (ceil(n/8), H), 256 threads, dynamic shared memory 8*R
+// floats. out[t, h*dv+j] = Σ_r kvB[h*(dk+dv)+dk+j][r] z[t,h,r] for rows
+// t0..t0+n; one warp per output column j.
+extern "C" __global__ void k_mla_out(float *out, const float *z, const void *kvB, int wdt, int t0, int n, int H,
+				     int dk, int dv, int R) {
+	extern __shared__ float zsh[];
+	const int r0 = blockIdx.x * MLA_QT, h = blockIdx.y, nr = min(MLA_QT, n - r0);
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	for (int e = threadIdx.x; e < MLA_QT * R; e += blockDim.x) {
+		const int j = e / R, r = e - j * R;
+		zsh[e] = j < nr ? z[((i64)(r0 + j) * H + h) * R + r] : 0.0f;
+	}
+	__syncthreads();
+	for (int jj = warp; jj < dv; jj += nw) {
+		const i64 wb = ((i64)h * (dk + dv) + dk + jj) * R;
+		float acc[MLA_QT];
+#pragma unroll
+		for (int j = 0; j < MLA_QT; j++) {
+			acc[j] = 0;
+		}
+		for (int r = lane; r < R; r += 32) {
+			const float wv = ldf(kvB, wb + r, wdt);
+#pragma unroll
+			for (int j = 0; j < MLA_QT; j++) {
+				acc[j] += wv * zsh[j * R + r];
+			}
+		}
+#pragma unroll
+		for (int j = 0; j < MLA_QT; j++) {
+			acc[j] = warp_sum(acc[j]);
+		}
+		if (lane == 0) {
+			for (int j = 0; j < nr; j++) {
+				out[((i64)(t0 + r0 + j) * H + h) * dv + jj] = acc[j];
+			}
+		}
+	}
+}

@@ -1,0 +1,119 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/npuserve/npuserve/npu"
+)
+
+// SparseMLA limits and work sizes (kernels/mla.cu).
+const (
+	mlaQT      = 8    // rows per block of the projections
+	mlaPS      = 32   // latents per attention tile
+	mlaHG      = 16   // heads per attention block
+	mlaMaxR    = 1024 // latent rank: 256 threads × MLA_RC columns
+	mlaWaveBuf = 256 << 20
+)
+
+// SparseMLA is NoPE multi-head latent attention over the positions selected
+// by DSAIndex (see npu.Ops.SparseMLA), in the absorbed form for every batch:
+//
+//  1. k_mla_select turns each row of sel into the cache rows of its
+//     distinct positions (a position listed twice counts once, as on the
+//     CPU backend), sorted by position;
+//  2. k_mla_qlat projects q̃[t,h] = W_UK[h]ᵀ q[t,h] into the latent space;
+//  3. k_mla_attn scores the row's latents against up to 16 heads at once
+//     (each latent is read once per 16 heads), with an online softmax, and
+//     accumulates z = Σ p c;
+//  4. k_mla_out projects out[t,h] = W_UV[h] z.
+//
+// Everything is fp32 on the CUDA cores (latents and kvB may be F32, BF16
+// or F16, widened when loaded), so results agree with the CPU backend to
+// fp32 rounding; the attention step is where a tensor-core kernel would
+// gain most. Rows run in waves that bound the [rows, H, R] scratch. A
+// selected position outside its sequence, or whose block is missing or
+// outside the cache, is a DeviceError at the next Sync.
+func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.SeqLayout, heads, dk, dv int, scale float32) {
+	H := heads
+	wantFloat("SparseMLA latents", latents)
+	wantFloat("SparseMLA kvB", kvB)
+	if H <= 0 || dk <= 0 || dv <= 0 || latents.Rank() != 2 {
+		panic(fmt.Sprintf("cuda: SparseMLA %d heads, dk %d, dv %d, latents %v", H, dk, dv, latents))
+	}
+	R, nslots := latents.Dim(1), latents.Dim(0)
+	checkLayout("SparseMLA", seqs)
+	T := seqs.NumRows
+	width := sel.Dim(-1)
+	switch {
+	case kvB.Numel() != H*(dk+dv)*R || kvB.Dim(-1) != R:
+		panic(fmt.Sprintf("cuda: SparseMLA kvB %v, want [%d, %d]", kvB, H*(dk+dv), R))
+	case q.Numel() != T*H*dk:
+		panic(fmt.Sprintf("cuda: SparseMLA q %v, want [%d, %d]", q, T, H*dk))
+	case out.Numel() != T*H*dv:
+		panic(fmt.Sprintf("cuda: SparseMLA out %v, want [%d, %d]", out, T, H*dv))
+	case sel.Numel() != T*width:
+		panic(fmt.Sprintf("cuda: SparseMLA sel %v for %d rows", sel, T))
+	}
+	wantF32("SparseMLA", out, q)
+	if sel.DType() != npu.I32 {
+		panic(fmt.Sprintf("cuda: SparseMLA sel %v: want I32", sel))
+	}
+	if R > mlaMaxR {
+		panic(fmt.Sprintf("cuda: SparseMLA supports latent ranks up to %d, got %d", mlaMaxR, R))
+	}
+	if T == 0 {
+		return
+	}
+	if R == 0 {
+		b.Fill(out, 0)
+		return
+	}
+	if width > 0 && (seqs.BlockTable == nil || seqs.BlockSize < 1 || seqs.BlockTable.DType() != npu.I32 || seqs.BlockTable.Numel() != seqs.NumSeqs*seqs.MaxBlocks) {
+		panic(fmt.Sprintf("cuda: SparseMLA needs an I32 block table of %d sequences by %d blocks, got %v (block size %d)",
+			seqs.NumSeqs, seqs.MaxBlocks, seqs.BlockTable, seqs.BlockSize))
+	}
+	hg := min(mlaHG, H)
+	attnShared := 4*(hg*R+mlaPS*(R+1)+hg*(mlaPS+1)+3*hg) + 4*mlaPS
+	n2 := 1
+	for n2 < width {
+		n2 <<= 1
+	}
+	lim := b.sharedLimit()
+	if attnShared > lim || 4*mlaQT*max(dk, R) > lim || 4*n2 > lim {
+		panic(fmt.Sprintf("cuda: SparseMLA with rank %d, dk %d and %d selections needs more shared memory than the GPU's %d bytes", R, dk, width, lim))
+	}
+	// Distinct cache rows of every row's selection.
+	rows := b.temp(4 * T * max(width, 1))
+	counts := b.temp(4 * T)
+	bt := uint64(0)
+	if seqs.BlockTable != nil {
+		bt = b.ptr(seqs.BlockTable)
+	}
+	if width > 0 {
+		b.launchShared("k_mla_select", d1(T), d1(256), 4*n2,
+			rows.ptr, counts.ptr, b.ptr(sel), b.ptr(seqs.QueryStart), b.ptr(seqs.Pos), bt,
+			pI32(seqs.NumSeqs), pI32(width), pI32(n2), pI32(seqs.BlockSize), pI32(seqs.MaxBlocks), pI32(nslots),
+			b.errWord, pI32(opSparseMLA))
+	} else {
+		if err := drvMemsetD8(b.ctx, counts.ptr, 0, counts.n, b.stream); err != nil {
+			b.fail(fmt.Errorf("cuda: SparseMLA: %w", err))
+		}
+	}
+	wave := max(1, min(T, mlaWaveBuf/(4*H*R)))
+	z := b.temp(4 * wave * H * R)
+	wdt, ldt := pI32(dtypeCode(kvB.DType())), pI32(dtypeCode(latents.DType()))
+	for t0 := 0; t0 < T; t0 += wave {
+		n := min(wave, T-t0)
+		tiles := (n + mlaQT - 1) / mlaQT
+		b.launchShared("k_mla_qlat", d2(tiles, H), d1(256), 4*mlaQT*dk,
+			z.ptr, b.ptr(q), b.ptr(kvB), wdt, pI32(t0), pI32(n), pI32(H), pI32(dk), pI32(dv), pI32(R))
+		b.launchShared("k_mla_attn", d2(n, (H+hg-1)/hg), d1(256), attnShared,
+			z.ptr, b.ptr(latents), ldt, rows.ptr, counts.ptr, pI32(t0), pI32(H), pI32(R), pI32(max(width, 1)),
+			pI32(hg), pF32(scale))
+		b.launchShared("k_mla_out", d2(tiles, H), d1(256), 4*mlaQT*R,
+			b.ptr(out), z.ptr, b.ptr(kvB), wdt, pI32(t0), pI32(n), pI32(H), pI32(dk), pI32(dv), pI32(R))
+	}
+	b.freeBuf(z)
+	b.freeBuf(counts)
+	b.freeBuf(rows)
+}
