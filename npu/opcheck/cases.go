@@ -113,10 +113,10 @@ func Cases() []*Case {
 
 	// Norms.
 	for _, c := range []struct {
-		name      string
+		name       string
 		rows, cols int
-		n         int // group (w.Numel()); 0: unweighted over the row
-		wdt       npu.DType
+		n          int // group (w.Numel()); 0: unweighted over the row
+		wdt        npu.DType
 	}{{"11x37", 11, 37, 37, npu.F32}, {"5x96 groups of 24 BF16 weight", 5, 96, 24, npu.BF16}, {"6x29 unweighted", 6, 29, 0, npu.F32}} {
 		add(&Case{Op: "RMSNorm", Name: c.name, Tol: tolElem, Why: "a sum of squares over a short group, one rsqrt",
 			setup: func(s *Side) (func(), []*npu.Tensor) {
