@@ -143,7 +143,7 @@ func RunCase(c *Case, dev, ref npu.Backend, opt Options) Result {
 		res.Err = err.Error()
 		return res
 	}
-	res.Ms = ms
+	res.Ms = math.Round(ms*1e4) / 1e4 // 0.1 µs
 	res.Pass = true
 	if len(got) != len(want) {
 		res.Pass, res.Err = false, fmt.Sprintf("%d outputs, reference has %d", len(got), len(want))
