@@ -141,9 +141,6 @@ func runSelftest(c *cli.Context) error {
 	if len(rep.Cases) == 0 {
 		return usageError("--ops %q matches no case that %s runs", c.String("ops"), be.Name())
 	}
-	var nops, ncases int
-	nops, ncases, rep.Failed = opcheck.Summary(rep.Cases)
-	rep.Ops = nops
 	if n := c.Int("max-tokens"); n > 0 {
 		g := selftestGenerate(be, ref, dir, modelCfg, c.Uint64("seed"), n)
 		rep.Generation = &g
@@ -151,24 +148,7 @@ func runSelftest(c *cli.Context) error {
 			printGeneration(out, g)
 		}
 	}
-	rep.Pass = rep.Failed == 0 && (rep.Generation == nil || rep.Generation.Match)
-	var line string
-	if rep.Pass {
-		line = fmt.Sprintf("selftest: PASS (%d ops, %d cases)", nops, ncases)
-	} else {
-		var why []string
-		if rep.Failed > 0 {
-			why = append(why, fmt.Sprintf("%d of %d cases failed", rep.Failed, ncases))
-		}
-		if g := rep.Generation; g != nil && !g.Match {
-			if g.Error != "" {
-				why = append(why, "generation failed")
-			} else {
-				why = append(why, "generated tokens differ from the cpu backend's")
-			}
-		}
-		line = fmt.Sprintf("selftest: FAIL (%s)", strings.Join(why, ", "))
-	}
+	line := rep.verdict()
 	if text {
 		fmt.Fprintln(out, "\n"+line)
 	} else {
@@ -212,6 +192,28 @@ func flagsAfterArg(c *cli.Context) error {
 		}
 	})
 	return err
+}
+
+// verdict fills in the counts and pass and returns the summary line.
+func (rep *selftestReport) verdict() string {
+	nops, ncases, failed := opcheck.Summary(rep.Cases)
+	rep.Ops, rep.Failed = nops, failed
+	rep.Pass = failed == 0 && (rep.Generation == nil || rep.Generation.Match)
+	if rep.Pass {
+		return fmt.Sprintf("selftest: PASS (%d ops, %d cases)", nops, ncases)
+	}
+	var why []string
+	if failed > 0 {
+		why = append(why, fmt.Sprintf("%d of %d cases failed", failed, ncases))
+	}
+	if g := rep.Generation; g != nil && !g.Match {
+		if g.Error != "" {
+			why = append(why, "generation failed")
+		} else {
+			why = append(why, "generated tokens differ from the cpu backend's")
+		}
+	}
+	return fmt.Sprintf("selftest: FAIL (%s)", strings.Join(why, ", "))
 }
 
 func printDevice(w io.Writer, d selftestDevice) {

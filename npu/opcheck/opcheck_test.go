@@ -82,10 +82,23 @@ type wrong struct {
 	swapTopK     bool    // TopK's first two indices swapped
 	panicKDA     bool    // KDA panics as an unimplemented op does
 	failSync     bool    // Sync reports a stream failure
+	asyncSoftmax bool    // Softmax fails on the "stream": the next Sync or Download reports it once
+	pending      error
+}
+
+func (w *wrong) Download(dst []byte, src *npu.Tensor) error {
+	if err := w.pending; err != nil {
+		w.pending = nil
+		return err
+	}
+	return w.Backend.Download(dst, src)
 }
 
 func (w *wrong) Softmax(out, x *npu.Tensor) {
 	w.Backend.Softmax(out, x)
+	if w.asyncSoftmax {
+		w.pending = errStream
+	}
 	if w.softmaxScale != 0 {
 		w.Backend.Scale(out, out, w.softmaxScale)
 	}
@@ -113,6 +126,10 @@ func (w *wrong) Sync() error {
 	if w.failSync {
 		return errStream
 	}
+	if err := w.pending; err != nil {
+		w.pending = nil
+		return err
+	}
 	return w.Backend.Sync()
 }
 
@@ -133,6 +150,7 @@ func TestWrongBackendFails(t *testing.T) {
 		{"topk indices swapped", &wrong{swapTopK: true}, "^(TopK|Gather)/", "TopK", "integers differ"},
 		{"kda unimplemented", &wrong{panicKDA: true}, "^(KDA|KDAGate)/", "KDA", "KDA panicked: cuda: KDA is not implemented"},
 		{"sync fails", &wrong{failSync: true}, "^Fill/", "Fill", "Sync"},
+		{"stream failure of one op", &wrong{asyncSoftmax: true}, "^(Softmax|SwiGLU)/", "Softmax", "Softmax: Download of output 0"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
