@@ -55,6 +55,7 @@ func newApp() *cli.App {
 			renderCommand(),
 			benchCommand(),
 			quantizeCommand(), evalCommand(),
+			selftestCommand(),
 			{
 				Name:  "version",
 				Usage: "print the version",

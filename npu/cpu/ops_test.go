@@ -731,3 +731,21 @@ func TestShapePanics(t *testing.T) {
 		})
 	}
 }
+
+// TestDescribe: the description names the CPU and the kernels in use.
+func TestDescribe(t *testing.T) {
+	d := New(3).Describe()
+	for key, want := range map[string]string{"threads": "3", "matmul_kernel": MatMulKernel(), "int8_kernel": Int8Kernel()} {
+		if d[key] != want {
+			t.Errorf("Describe()[%q] = %q, want %q", key, d[key], want)
+		}
+	}
+	for _, key := range []string{"cpu_model", "cores", "arch", "simd"} {
+		if d[key] == "" {
+			t.Errorf("Describe() has no %q: %v", key, d)
+		}
+	}
+	if npu.Describe(New(1)) == nil {
+		t.Error("npu.Describe of the cpu backend is nil")
+	}
+}

@@ -109,6 +109,14 @@ func (b *Backend) Name() string { return Name }
 // Threads is the number of worker goroutines ops may use.
 func (b *Backend) Threads() int { return b.s.cpu.Threads() }
 
+// Describe is the CPU backend's description (npu.Describer), plus the
+// stream's checking mode.
+func (b *Backend) Describe() map[string]string {
+	d := b.s.cpu.Describe()
+	d["stream"] = "asynchronous, checking (ops run on their own goroutine)"
+	return d
+}
+
 // Info is the CPU backend's (host RAM; not an accelerator).
 func (b *Backend) Info() npu.DeviceInfo {
 	info := b.s.cpu.Info()
