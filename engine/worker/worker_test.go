@@ -26,6 +26,7 @@ import (
 	"github.com/npuserve/npuserve/engine/sampling"
 	"github.com/npuserve/npuserve/engine/worker"
 	"github.com/npuserve/npuserve/hccl"
+	"github.com/npuserve/npuserve/npu"
 )
 
 // Multi-process tests: the test binary re-executes itself once per rank
@@ -393,6 +394,11 @@ func run(st stepper, kp int, seqs [][]int32, steps int) ([][][]float32, error) {
 		if err != nil {
 			return nil, err
 		}
+		if sh, ok := st.(model.ShardedLogits); ok {
+			if lg, err = checkSharded(be, sh, lg); err != nil {
+				return nil, err
+			}
+		}
 		rowsOut, err := glm5next.DownloadRows(be, lg)
 		if err != nil {
 			return nil, err
@@ -623,4 +629,68 @@ func victim(s childSpec, groups *worker.Groups) int {
 	fmt.Printf("%s: %v\n", last.FinishReason, last.Err)
 	r.Close()
 	return 0
+}
+
+// checkSharded takes a vocabulary-parallel leader's sharded logits: it
+// reduces them across the ranks (k best, a few touched ids per row),
+// gathers the whole rows, and checks the reduction against the rows. It
+// returns the whole rows (lg freed).
+func checkSharded(be npu.Backend, sh model.ShardedLogits, lg *npu.Tensor) (*npu.Tensor, error) {
+	V, sharded := sh.VocabSharded()
+	if !sharded {
+		return lg, nil
+	}
+	R := lg.Dim(0)
+	const k = 5
+	touched := make([][]int32, R)
+	for r := range touched {
+		a, b := int32(r*37%V), int32((r*101+V-1)%V)
+		touched[r] = []int32{min(a, b), max(a, b)}
+		if a == b {
+			touched[r] = touched[r][:1]
+		}
+	}
+	reds, err := sh.ReduceLogits(lg, k, touched)
+	if err != nil {
+		return nil, err
+	}
+	full, err := sh.GatherLogits(lg)
+	be.Free(lg)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := glm5next.DownloadRows(be, full)
+	if err != nil {
+		return nil, err
+	}
+	for r, row := range rows {
+		ids := make([]int32, V)
+		for i := range ids {
+			ids[i] = int32(i)
+		}
+		slices.SortStableFunc(ids, func(a, b int32) int {
+			switch {
+			case row[a] > row[b]:
+				return -1
+			case row[a] < row[b]:
+				return 1
+			}
+			return 0
+		})
+		red := reds[r]
+		if len(red.IDs) != k || red.NaN != 0 || red.PosInf != 0 {
+			return nil, fmt.Errorf("row %d: reduction %+v", r, red)
+		}
+		for j := range k {
+			if red.IDs[j] != ids[j] || red.Vals[j] != row[ids[j]] {
+				return nil, fmt.Errorf("row %d: reduced candidate %d is %d (%v), the whole row's is %d (%v)", r, j, red.IDs[j], red.Vals[j], ids[j], row[ids[j]])
+			}
+		}
+		for j, id := range touched[r] {
+			if red.TouchedVals[j] != row[id] {
+				return nil, fmt.Errorf("row %d: touched id %d reduced to %v, the whole row holds %v", r, id, red.TouchedVals[j], row[id])
+			}
+		}
+	}
+	return full, nil
 }

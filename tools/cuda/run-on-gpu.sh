@@ -71,8 +71,15 @@ session)
 		hf)
 			timeout ${HF_S:-200} python3 tools/bench/hf_decode.py --config configs/small/config.json --batch 1,16 --context 64 --steps 32 2>&1 | tail -5 | tee "$out/hf-decode.log" || rc=1
 			;;
+		selftest)
+			timeout ${SELFTEST_S:-120} .gpu/npuserve selftest --device cuda >"$out/selftest.txt" 2>&1 || rc=1
+			tail -4 "$out/selftest.txt"
+			timeout ${SELFTEST_S:-120} .gpu/npuserve selftest --device cuda --json >"$out/selftest.json" 2>/dev/null
+			;;
 		mtp)
-			[ -f tools/golden/mtp_golden.py ] && timeout 200 python3 tools/golden/mtp_golden.py --out "$out/mtp-fixture" >"$out/mtp-golden.log" 2>&1 || rc=1
+			# The MTP goldens (tools/golden/mtp_golden.py) into $OUT.
+			mtp=${MTP_SCRIPT:-tools/golden/mtp_golden.py}
+			PYTHONPATH=tools/golden timeout ${MTP_S:-200} python3 "$mtp" --src testdata/glm5next/tiny --out "$out/mtp" >"$out/mtp-golden.log" 2>&1 || rc=1
 			tail -5 "$out/mtp-golden.log"
 			;;
 		esac
