@@ -163,6 +163,11 @@ func newEngine(t *testing.T, m *glm5next.Model, slots int) *engine {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The goldens are fp32 references: an fp32 cache on every backend
+	// (accelerators default to bf16).
+	if err := m.SetCacheDType(npu.F32); err != nil {
+		t.Fatal(err)
+	}
 	c, err := m.NewCache(blocks, bs, slots)
 	if err != nil {
 		t.Fatal(err)

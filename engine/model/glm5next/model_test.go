@@ -383,6 +383,9 @@ func TestCapacity(t *testing.T) {
 	be := nputest.Open(0)
 	cfg := testConfig(t, nil)
 	m := NewRandom(be, cfg, "float32", 1)
+	if err := m.SetCacheDType(npu.F32); err != nil { // the default on accelerators is bf16
+		t.Fatal(err)
+	}
 	// 2 DSA layers with full indexers: latent 16 + key 8 + gate 8 + pool 8/4.
 	if got, want := m.BytesPerToken(), int64(2*(16+8+8+2)*4); got != want {
 		t.Fatalf("BytesPerToken %d, want %d", got, want)
@@ -414,6 +417,9 @@ func TestHalfCache(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%v", v.name, dt), func(t *testing.T) {
 				cfg := testConfig(t, v.over)
 				m := testModel(t, be, cfg, int64(vi+1))
+				if err := m.SetCacheDType(npu.F32); err != nil { // the reference; accelerators default to bf16
+					t.Fatal(err)
+				}
 				toks := randTokens(rand.New(rand.NewPCG(uint64(vi), 2)), 40, cfg.VocabSize)
 				full, state := m.BytesPerToken(), m.BytesPerSequenceState()
 				ref := newSession(t, m, 8, 8, 1).run(toks, 7)

@@ -87,6 +87,9 @@ func TestParallelMatchesPlan(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				if err := m.SetCacheDType(npu.F32); err != nil { // the plan's cpu default
+					t.Fatal(err)
+				}
 				if got := m.params(); got != r.Params {
 					t.Errorf("rank %d (dp %d tp %d ep %d): model holds %d parameters, plan says %d", r.Rank, r.DPRank, r.TPRank, r.EPRank, got, r.Params)
 				}

@@ -108,6 +108,7 @@ const (
 // quantized model's logits (within the bounds above) and the same greedy
 // tokens, each rank loading only its slices.
 func TestQuantParallelMatchesSingle(t *testing.T) {
+	skipWithoutHostTransport(t)
 	tp2, ep2, tp2ep := layout{1, 2, false}, layout{2, 1, true}, layout{2, 2, true}
 	// The tiny fixture's shared experts (intermediate 32) and routed
 	// experts (32 without EP) split by TP2 into halves of 16 columns,
