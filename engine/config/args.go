@@ -904,6 +904,9 @@ func (a *EngineArgs) WithoutEffect(backend string) []Ignored {
 	if a.EnablePrefixCaching {
 		add("enable-prefix-caching", "prefix caching is not implemented yet")
 	}
+	if a.EnablePromptTokensDetails {
+		add("enable-prompt-tokens-details", "prompt_tokens_details only reports prefix-cache hits, and prefix caching is not implemented")
+	}
 	if a.Given("async-scheduling") && a.AsyncScheduling {
 		add("async-scheduling", "scheduling is synchronous")
 	}

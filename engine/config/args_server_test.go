@@ -19,6 +19,13 @@ func TestServerFlags(t *testing.T) {
 		!a.EnableForceIncludeUsage || !a.ReturnTokensAsTokenIDs || !a.Given("max-logprobs") {
 		t.Fatalf("flags not applied: %+v", a)
 	}
+	reasons := map[string]string{}
+	for _, x := range a.WithoutEffect("cpu") {
+		reasons[x.Flag] = x.Reason
+	}
+	if r := reasons["--enable-prompt-tokens-details"]; !strings.Contains(r, "prefix caching is not implemented") {
+		t.Errorf("--enable-prompt-tokens-details reason %q, want it to say prefix caching is not implemented", r)
+	}
 	if _, err := ParseArgs([]string{"model", "--max-logprobs", "x"}); err == nil {
 		t.Fatal("--max-logprobs x accepted")
 	}

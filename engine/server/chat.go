@@ -187,9 +187,6 @@ func (cc *chatCall) usage(r *run) usage {
 	u := usage{PromptTokens: len(cc.prompt.ids)}
 	for _, c := range r.choices {
 		u.CompletionTokens += len(c.ids)
-		if cc.s.opt.EnablePromptTokensDetails && c.cached > 0 {
-			u.PromptTokensDetails = &promptTokenDetails{CachedTokens: c.cached}
-		}
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	return u

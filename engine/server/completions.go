@@ -220,15 +220,10 @@ func (cc *completionCall) usage(r *run) usage {
 	for _, p := range cc.prompts {
 		u.PromptTokens += len(p.ids)
 	}
-	cached := 0
 	for _, c := range r.choices {
 		u.CompletionTokens += len(c.ids)
-		cached = c.cached
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
-	if cc.s.opt.EnablePromptTokensDetails && cached > 0 {
-		u.PromptTokensDetails = &promptTokenDetails{CachedTokens: cached}
-	}
 	return u
 }
 
