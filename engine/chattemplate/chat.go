@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/npuserve/npuserve/engine/pyfmt"
 )
 
 // SpecialTokens are the tokenizer's named special tokens, which
@@ -130,14 +132,14 @@ func RenderChat(t *Template, c Chat) (string, error) {
 	}
 	if c.ContinueFinalMessage {
 		tag := strings.TrimSpace(continueTag)
-		if !strings.Contains(out, strings.TrimFunc(finalMessage, pyIsSpace)) || !strings.Contains(out, tag) {
-			return "", fmt.Errorf("chattemplate: continue_final_message is set but the final message does not appear in the chat after applying the chat template! This can happen if the chat template deletes portions of the final message. Please verify the chat template and final message in your chat to ensure they are compatible.Final message to continue: %s\nRendered chat:\n%s", strings.TrimFunc(finalMessage, pyIsSpace), out)
+		if !strings.Contains(out, strings.TrimFunc(finalMessage, pyfmt.IsSpace)) || !strings.Contains(out, tag) {
+			return "", fmt.Errorf("chattemplate: continue_final_message is set but the final message does not appear in the chat after applying the chat template! This can happen if the chat template deletes portions of the final message. Please verify the chat template and final message in your chat to ensure they are compatible.Final message to continue: %s\nRendered chat:\n%s", strings.TrimFunc(finalMessage, pyfmt.IsSpace), out)
 		}
 		loc := strings.LastIndex(out, tag)
 		if strings.HasPrefix(out[loc:], continueTag) {
 			out = out[:loc]
 		} else {
-			out = strings.TrimRightFunc(out[:loc], pyIsSpace)
+			out = strings.TrimRightFunc(out[:loc], pyfmt.IsSpace)
 		}
 	}
 	return out, nil

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 	"unsafe"
-
-	"github.com/npuserve/npuserve/engine/pyfmt"
 )
 
 func TestValueSize(t *testing.T) {
@@ -96,27 +94,6 @@ func TestFromGo(t *testing.T) {
 	}
 	if _, err := FromGo(struct{}{}); err == nil {
 		t.Fatal("struct converted")
-	}
-}
-
-// point1 is a variable so that 0.1 + 0.2 is computed in float64, not exactly.
-var point1 = 0.1
-
-func TestPyFloatRepr(t *testing.T) {
-	// Expected values are Python's repr().
-	tests := []struct {
-		f    float64
-		want string
-	}{
-		{point1 + 0.2, "0.30000000000000004"}, {1e16, "1e+16"}, {1e15, "1000000000000000.0"},
-		{0.0001, "0.0001"}, {0.00001, "1e-05"}, {1.5e-7, "1.5e-07"}, {-2.5, "-2.5"},
-		{math.Copysign(0, -1), "-0.0"}, {123456789.123, "123456789.123"}, {1e300, "1e+300"},
-		{math.Inf(1), "inf"}, {math.NaN(), "nan"}, {2.0, "2.0"}, {1.7976931348623157e308, "1.7976931348623157e+308"},
-	}
-	for _, tc := range tests {
-		if got := pyfmt.FloatRepr(tc.f); got != tc.want {
-			t.Errorf("pyfmt.FloatRepr(%v) = %s, want %s", tc.f, got, tc.want)
-		}
 	}
 }
 

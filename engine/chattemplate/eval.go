@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/npuserve/npuserve/engine/pyfmt"
 )
 
 // object is a built-in object with attributes (the loop variable,
@@ -626,7 +628,7 @@ func getAttr(obj Value, name string) (Value, error) {
 
 func unsafeUndefined(obj Value, name string) Value {
 	return Value{ref: &undefInfo{
-		hint: fmt.Sprintf("access to attribute %s of %s object is unsafe.", pyReprString(name), pyReprString(obj.typeName())),
+		hint: fmt.Sprintf("access to attribute %s of %s object is unsafe.", pyfmt.Repr(name), pyfmt.Repr(obj.typeName())),
 		exc:  SecurityError,
 	}}
 }

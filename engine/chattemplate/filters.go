@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/npuserve/npuserve/engine/pyfmt"
 )
 
 type filterFunc func(r *renderer, v Value, args []Value, kw []namedArg) (Value, error)
@@ -513,7 +515,7 @@ func filterInt(r *renderer, v Value, args []Value, kw []namedArg) (Value, error)
 		}
 		return Int(int64(f)), nil
 	case StringKind:
-		s := strings.TrimFunc(v.str, pyIsSpace)
+		s := strings.TrimFunc(v.str, pyfmt.IsSpace)
 		clean := strings.ReplaceAll(s, "_", "")
 		if base == 10 {
 			if n, err := strconv.ParseInt(clean, 10, 64); err == nil {
@@ -546,7 +548,7 @@ func filterFloat(r *renderer, v Value, args []Value, kw []namedArg) (Value, erro
 	case IntKind, BoolKind:
 		return Float(float64(v.i())), nil
 	case StringKind:
-		s := strings.ToLower(strings.TrimFunc(v.str, pyIsSpace))
+		s := strings.ToLower(strings.TrimFunc(v.str, pyfmt.IsSpace))
 		switch strings.TrimLeft(s, "+-") {
 		case "inf", "infinity", "nan":
 		default:
@@ -1025,7 +1027,7 @@ func filterToJSON(r *renderer, v Value, args []Value, kw []namedArg) (Value, err
 		o.indent = &ind
 		o.itemSep, o.keySep = ",", ": "
 	} else {
-		o.itemSep, o.keySep = ", ", ": "
+		o.itemSep, o.keySep = pyfmt.ItemSep, pyfmt.KeySep
 	}
 	if set[2] && a[2].kind != NoneKind {
 		seps, err := iterate(a[2])

@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/npuserve/npuserve/engine/pyfmt"
 )
@@ -212,7 +211,7 @@ func FromGo(x any) (Value, error) {
 // separators, keeping map order.
 func (v Value) JSON() (string, error) {
 	var b strings.Builder
-	err := dumpJSON(&b, v, &jsonOptions{itemSep: ", ", keySep: ": "}, 0)
+	err := dumpJSON(&b, v, &jsonOptions{itemSep: pyfmt.ItemSep, keySep: pyfmt.KeySep}, 0)
 	return b.String(), err
 }
 
@@ -248,9 +247,9 @@ func dumpJSON(b *strings.Builder, v Value, o *jsonOptions, level int) error {
 	case IntKind:
 		b.WriteString(strconv.FormatInt(v.i(), 10))
 	case FloatKind:
-		b.WriteString(jsonFloat(v.f()))
+		b.WriteString(pyfmt.JSONFloat(v.f()))
 	case StringKind:
-		jsonString(b, v.str, o.ensureASCII)
+		b.Write(pyfmt.AppendJSONString(nil, v.str, o.ensureASCII))
 	case ListKind, TupleKind:
 		if v.isRange() {
 			return &Error{Kind: TypeError, Message: "Object of type range is not JSON serializable"}
@@ -301,20 +300,20 @@ func dumpJSON(b *strings.Builder, v Value, o *jsonOptions, level int) error {
 			k := m.keys[i]
 			switch k.kind {
 			case StringKind:
-				jsonString(b, k.str, o.ensureASCII)
+				b.Write(pyfmt.AppendJSONString(nil, k.str, o.ensureASCII))
 			case IntKind, BoolKind, FloatKind, NoneKind:
 				var ks string
 				switch k.kind {
 				case IntKind:
 					ks = strconv.FormatInt(k.i(), 10)
 				case FloatKind:
-					ks = jsonFloat(k.f())
+					ks = pyfmt.JSONFloat(k.f())
 				default:
 					var kb strings.Builder
 					_ = dumpJSON(&kb, k, o, level)
 					ks = kb.String()
 				}
-				jsonString(b, ks, o.ensureASCII)
+				b.Write(pyfmt.AppendJSONString(nil, ks, o.ensureASCII))
 			default:
 				return &Error{Kind: TypeError, Message: fmt.Sprintf("keys must be str, int, float, bool or None, not %s", k.typeName())}
 			}
@@ -336,88 +335,4 @@ func (o *jsonOptions) newline(level int) string {
 		return ""
 	}
 	return "\n" + strings.Repeat(*o.indent, level)
-}
-
-// jsonFloat is float.__repr__ with json's spellings of the non-finite
-// values.
-func jsonFloat(f float64) string {
-	switch {
-	case math.IsNaN(f):
-		return "NaN"
-	case math.IsInf(f, 1):
-		return "Infinity"
-	case math.IsInf(f, -1):
-		return "-Infinity"
-	}
-	return pyfmt.FloatRepr(f)
-}
-
-const hexDigits = "0123456789abcdef"
-
-// jsonString writes a JSON string literal as Python's json module does.
-func jsonString(b *strings.Builder, s string, ensureASCII bool) {
-	b.WriteByte('"')
-	start := 0
-	flush := func(i int) {
-		b.WriteString(s[start:i])
-	}
-	u4 := func(r rune) {
-		b.WriteString(`\u`)
-		b.WriteByte(hexDigits[r>>12&0xf])
-		b.WriteByte(hexDigits[r>>8&0xf])
-		b.WriteByte(hexDigits[r>>4&0xf])
-		b.WriteByte(hexDigits[r&0xf])
-	}
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			var esc string
-			switch c {
-			case '"':
-				esc = `\"`
-			case '\\':
-				esc = `\\`
-			case '\n':
-				esc = `\n`
-			case '\r':
-				esc = `\r`
-			case '\t':
-				esc = `\t`
-			case '\b':
-				esc = `\b`
-			case '\f':
-				esc = `\f`
-			default:
-				if c < 0x20 || (ensureASCII && c == 0x7f) {
-					flush(i)
-					u4(rune(c))
-					i++
-					start = i
-					continue
-				}
-				i++
-				continue
-			}
-			flush(i)
-			b.WriteString(esc)
-			i++
-			start = i
-			continue
-		}
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if ensureASCII {
-			flush(i)
-			if r >= 0x10000 {
-				r -= 0x10000
-				u4(0xd800 + (r>>10)&0x3ff)
-				u4(0xdc00 + r&0x3ff)
-			} else {
-				u4(r)
-			}
-			start = i + n
-		}
-		i += n
-	}
-	flush(len(s))
-	b.WriteByte('"')
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/npuserve/npuserve/engine/pyfmt"
 )
 
 // The lexer reproduces jinja2.lexer.Lexer (3.1) for the default delimiters
@@ -126,7 +128,7 @@ func tokenize(src string) ([]token, error) {
 // newline (or the start of a line) and the tag.
 func (lx *lexer) stripBefore(text string, sign byte, isVar bool) string {
 	if sign == '-' {
-		return strings.TrimRightFunc(text, pyIsSpace)
+		return strings.TrimRightFunc(text, pyfmt.IsSpace)
 	}
 	if sign == '+' || isVar {
 		return text
@@ -134,7 +136,7 @@ func (lx *lexer) stripBefore(text string, sign byte, isVar bool) string {
 	l := strings.LastIndexByte(text, '\n') + 1
 	if l > 0 || lx.lineStarting {
 		rest := text[l:]
-		if rest != "" && strings.TrimLeftFunc(rest, pyIsSpace) == "" {
+		if rest != "" && strings.TrimLeftFunc(rest, pyfmt.IsSpace) == "" {
 			return text[:l]
 		}
 	}
@@ -217,7 +219,7 @@ func indexTagStart(src string, from int) int {
 func skipSpace(src string, p int) int {
 	for p < len(src) {
 		r, n := utf8.DecodeRuneInString(src[p:])
-		if !pyIsSpace(r) {
+		if !pyfmt.IsSpace(r) {
 			break
 		}
 		p += n
@@ -418,7 +420,7 @@ func (lx *lexer) lexTag(isVar bool) error {
 		}
 		if op == "" {
 			r, _ := utf8.DecodeRuneInString(rest)
-			return lx.fail(p, "unexpected char %s at %d", pyReprString(string(r)), p)
+			return lx.fail(p, "unexpected char %s at %d", pyfmt.Repr(string(r)), p)
 		}
 		switch op {
 		case "{":
@@ -724,11 +726,4 @@ func decodeStringLiteral(s string) (string, error) {
 		b.WriteRune(utf8.RuneError)
 	}
 	return b.String(), nil
-}
-
-// pyReprString is repr() of a str.
-func pyReprString(s string) string {
-	var b strings.Builder
-	pyQuote(&b, s)
-	return b.String()
 }

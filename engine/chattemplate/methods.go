@@ -129,7 +129,7 @@ func strMethod(obj Value, name string) (Value, bool) {
 			return allRunes(s, func(r rune) bool { return unicode.IsLetter(r) || unicode.IsNumber(r) })
 		})
 	case "isspace":
-		return pred(func(s string) bool { return allRunes(s, pyIsSpace) })
+		return pred(func(s string) bool { return allRunes(s, pyfmt.IsSpace) })
 	case "islower":
 		return pred(pyIsLower)
 	case "isupper":
@@ -491,7 +491,7 @@ func pyStrFormat(f string, args []Value, kw []namedArg) (string, error) {
 					}
 				}
 				if !found {
-					return "", newErr(ValueError, "%s", pyReprString(name))
+					return "", newErr(ValueError, "%s", pyfmt.Repr(name))
 				}
 			}
 			switch conv {

@@ -4,6 +4,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/npuserve/npuserve/engine/pyfmt"
 )
 
 // Python operators on template values.
@@ -452,7 +454,7 @@ func pyPercentFormat(format string, args Value) (string, error) {
 			key := format[i+1 : i+end]
 			v, ok := mapping.Get(key)
 			if !ok {
-				return "", newErr(ValueError, "KeyError: %s", pyReprString(key))
+				return "", newErr(ValueError, "KeyError: %s", pyfmt.Repr(key))
 			}
 			arg, haveArg = v, true
 			i += end + 1

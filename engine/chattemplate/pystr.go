@@ -6,19 +6,12 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/npuserve/npuserve/engine/pyfmt"
 )
 
 // Python str semantics over Go's UTF-8 strings. Python indexes strings by
 // code point, so every index here is a rune index.
-
-// pyIsSpace is Python's str.isspace for one character (also the \s class
-// of Python's re module on str patterns).
-func pyIsSpace(r rune) bool {
-	return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f)
-}
-
-// pyIsPrintable is Python's str.isprintable for one character.
-func pyIsPrintable(r rune) bool { return unicode.IsPrint(r) }
 
 // pyIsCased reports whether r has a case (Python's _PyUnicode_IsCased).
 func pyIsCased(r rune) bool { return unicode.IsUpper(r) || unicode.IsLower(r) || unicode.IsTitle(r) }
@@ -43,7 +36,7 @@ func runeLen(s string) int {
 
 // pyStrip is str.strip/lstrip/rstrip. chars nil means whitespace.
 func pyStrip(s string, chars *string, left, right bool) string {
-	in := pyIsSpace
+	in := pyfmt.IsSpace
 	if chars != nil {
 		set := *chars
 		in = func(r rune) bool { return strings.ContainsRune(set, r) }
@@ -114,7 +107,7 @@ func pySwapcase(s string) string {
 func jinjaTitle(s string) string {
 	var b strings.Builder
 	isSep := func(r rune) bool {
-		return r == '-' || r == '(' || r == '{' || r == '[' || r == '<' || pyIsSpace(r)
+		return r == '-' || r == '(' || r == '{' || r == '[' || r == '<' || pyfmt.IsSpace(r)
 	}
 	rs := []rune(s)
 	for i := 0; i < len(rs); {
@@ -146,7 +139,7 @@ func pySplitWhitespace(s string, maxsplit int) []string {
 		maxsplit = n + 1
 	}
 	for ; maxsplit > 0; maxsplit-- {
-		for i < n && pyIsSpace(rs[i]) {
+		for i < n && pyfmt.IsSpace(rs[i]) {
 			i++
 		}
 		if i == n {
@@ -154,13 +147,13 @@ func pySplitWhitespace(s string, maxsplit int) []string {
 		}
 		j := i
 		i++
-		for i < n && !pyIsSpace(rs[i]) {
+		for i < n && !pyfmt.IsSpace(rs[i]) {
 			i++
 		}
 		out = append(out, string(rs[j:i]))
 	}
 	if i < n {
-		for i < n && pyIsSpace(rs[i]) {
+		for i < n && pyfmt.IsSpace(rs[i]) {
 			i++
 		}
 		if i != n {
@@ -179,7 +172,7 @@ func pyRSplitWhitespace(s string, maxsplit int) []string {
 		maxsplit = len(rs) + 1
 	}
 	for ; maxsplit > 0; maxsplit-- {
-		for i >= 0 && pyIsSpace(rs[i]) {
+		for i >= 0 && pyfmt.IsSpace(rs[i]) {
 			i--
 		}
 		if i < 0 {
@@ -187,13 +180,13 @@ func pyRSplitWhitespace(s string, maxsplit int) []string {
 		}
 		j := i
 		i--
-		for i >= 0 && !pyIsSpace(rs[i]) {
+		for i >= 0 && !pyfmt.IsSpace(rs[i]) {
 			i--
 		}
 		out = append(out, string(rs[i+1:j+1]))
 	}
 	if i >= 0 {
-		for i >= 0 && pyIsSpace(rs[i]) {
+		for i >= 0 && pyfmt.IsSpace(rs[i]) {
 			i--
 		}
 		if i >= 0 {

@@ -159,11 +159,11 @@ func (v Value) undefinedMessage() string {
 	case u.hint != "":
 		return u.hint
 	case !u.hasObj:
-		return pyReprString(u.name) + " is undefined"
+		return pyfmt.Repr(u.name) + " is undefined"
 	case u.index:
 		return u.obj + " has no element " + u.name
 	default:
-		return pyReprString(u.obj) + " has no attribute " + pyReprString(u.name)
+		return pyfmt.Repr(u.obj) + " has no attribute " + pyfmt.Repr(u.name)
 	}
 }
 
@@ -315,7 +315,7 @@ func (v Value) writeRepr(b *strings.Builder, quote bool) {
 		b.WriteString(pyfmt.FloatRepr(v.f()))
 	case StringKind:
 		if quote {
-			pyQuote(b, v.str)
+			b.WriteString(pyfmt.Repr(v.str))
 		} else {
 			b.WriteString(v.str)
 		}
@@ -356,41 +356,6 @@ func (v Value) writeRepr(b *strings.Builder, quote bool) {
 	case ObjectKind:
 		b.WriteString(v.ref.(object).repr())
 	}
-}
-
-// pyQuote writes Python's repr of a str.
-func pyQuote(b *strings.Builder, s string) {
-	q := byte('\'')
-	if strings.IndexByte(s, '\'') >= 0 && strings.IndexByte(s, '"') < 0 {
-		q = '"'
-	}
-	b.WriteByte(q)
-	for _, r := range s {
-		switch {
-		case r == rune(q) || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r < ' ' || r == 0x7f:
-			fmt.Fprintf(b, `\x%02x`, r)
-		case r < 0x7f:
-			b.WriteRune(r)
-		case pyIsPrintable(r):
-			b.WriteRune(r)
-		case r < 0x100:
-			fmt.Fprintf(b, `\x%02x`, r)
-		case r < 0x10000:
-			fmt.Fprintf(b, `\u%04x`, r)
-		default:
-			fmt.Fprintf(b, `\U%08x`, r)
-		}
-	}
-	b.WriteByte(q)
 }
 
 // objectTypeRepr is jinja2.utils.object_type_repr: how error messages

@@ -562,7 +562,89 @@ func (l *listValue) String() string {
 	return strings.Join(l.v, " ")
 }
 
-// assignment is one flag occurrence, in command-line order.
+// Assignment is one flag occurrence on a command line, as a parser saw it.
+type Assignment struct {
+	// Flag is the flag as written, with its dashes: "--port", "-tp",
+	// "--max_model_len" (underscores count as dashes), "--no-enforce-eager".
+	Flag string
+	// Value is a value flag's value (a string or JSON flag).
+	Value string
+	// List is a list flag's values (vLLM's nargs="+").
+	List []string
+	// Bool is a bool flag's value as written: true for --enforce-eager and
+	// for --no-enforce-eager alike (which turns enforce-eager off);
+	// false for --enforce-eager=false.
+	Bool bool
+}
+
+// resolve finds the assignment's flag in the table.
+func (x Assignment) resolve() (assignment, error) {
+	info, negated, ok := LookupFlag(x.Flag)
+	if !ok {
+		return assignment{}, fmt.Errorf("unknown flag %s", x.Flag)
+	}
+	spec, _ := specByName(info.Name)
+	return assignment{spec: spec, name: x.Flag, value: x.Value, list: x.List, on: x.Bool != negated, source: "flag"}, nil
+}
+
+// FlagKind is how a flag takes its value.
+type FlagKind uint8
+
+// The flag kinds.
+const (
+	FlagValue FlagKind = iota // one value: --flag value or --flag=value
+	FlagBool                  // no value (or =true/=false); --no-NAME when Negatable
+	FlagList                  // one or more values (vLLM's nargs="+")
+)
+
+// FlagInfo describes one engine flag, for command line parsers and help.
+type FlagInfo struct {
+	Name      string   // long name without dashes: "tensor-parallel-size"
+	Aliases   []string // other names without dashes: "tp" (written -tp)
+	Kind      FlagKind
+	Negatable bool   // a bool flag with a --no-NAME form
+	Usage     string // help text
+	Default   string // the default as help shows it ("" for none)
+}
+
+// FlagTable lists every engine flag, in help order.
+func FlagTable() []FlagInfo {
+	out := make([]FlagInfo, len(flagTable))
+	for i := range flagTable {
+		out[i] = flagTable[i].info()
+	}
+	return out
+}
+
+func (s *flagSpec) info() FlagInfo {
+	kind := FlagValue
+	switch s.kind {
+	case kindBool:
+		kind = FlagBool
+	case kindList:
+		kind = FlagList
+	}
+	return FlagInfo{Name: s.name, Aliases: s.aliases, Kind: kind, Negatable: s.negate, Usage: s.usage, Default: s.defText}
+}
+
+// LookupFlag finds a flag as written on a command line ("--port",
+// "-tp", "--max_model_len", "--no-enforce-eager"): leading dashes are
+// dropped, underscores count as dashes, aliases count, and "no-NAME"
+// finds a negatable NAME with negated set.
+func LookupFlag(written string) (info FlagInfo, negated, ok bool) {
+	norm := strings.ReplaceAll(strings.TrimLeft(written, "-"), "_", "-")
+	if s, found := specByName(norm); found {
+		return s.info(), false, true
+	}
+	if n, isNo := strings.CutPrefix(norm, "no-"); isNo {
+		if s, found := specByName(n); found && s.negate {
+			return s.info(), true, true
+		}
+	}
+	return FlagInfo{}, false, false
+}
+
+// assignment is one resolved flag occurrence, in command-line order.
 type assignment struct {
 	spec   *flagSpec
 	name   string // as written, for messages: "--port", "-tp", "--no-enforce-eager"
@@ -590,7 +672,7 @@ type assignment struct {
 //
 // Every error names the flag (or settings key) and the bad value.
 func FromCLI(c *cli.Context) (*EngineArgs, error) {
-	var as []assignment
+	var as []Assignment
 	set := map[string]bool{}
 	for _, cc := range c.Lineage() {
 		if cc == nil {
@@ -611,29 +693,28 @@ func FromCLI(c *cli.Context) (*EngineArgs, error) {
 			if n != s.name {
 				dash = "-"
 			}
-			a := assignment{spec: s, name: dash + n, source: "flag"}
+			a := Assignment{Flag: dash + n}
 			switch s.kind {
 			case kindBool:
-				a.on = c.Bool(n)
+				a.Bool = c.Bool(n)
 			case kindList:
 				if lv, ok := c.Generic(n).(*listValue); ok && lv != nil {
-					a.list = lv.v
+					a.List = lv.v
 				}
 			default:
-				a.value = c.String(n)
+				a.Value = c.String(n)
 			}
 			as = append(as, a)
 		}
 		if s.negate && set["no-"+s.name] {
-			as = append(as, assignment{spec: s, name: "--no-" + s.name, on: !c.Bool("no-" + s.name), source: "flag"})
+			as = append(as, Assignment{Flag: "--no-" + s.name, Bool: c.Bool("no-" + s.name)})
 		}
 	}
 	rest, positional, err := parseArgs(c.Args().Slice())
 	if err != nil {
 		return nil, err
 	}
-	as = append(as, rest...)
-	return build(as, positional)
+	return Build(append(as, rest...), positional)
 }
 
 // ParseArgs builds EngineArgs from raw `serve` arguments (what follows
@@ -644,12 +725,14 @@ func ParseArgs(args []string) (*EngineArgs, error) {
 	if err != nil {
 		return nil, err
 	}
-	return build(as, positional)
+	return Build(as, positional)
 }
 
-// parseArgs parses arguments with vLLM's argparse rules.
-func parseArgs(args []string) ([]assignment, []string, error) {
-	var as []assignment
+// parseArgs parses arguments with vLLM's argparse rules into assignments
+// and positional arguments; it reads the flag table only through
+// LookupFlag.
+func parseArgs(args []string) ([]Assignment, []string, error) {
+	var as []Assignment
 	var positional []string
 	for i := 0; i < len(args); i++ {
 		tok := args[i]
@@ -661,53 +744,43 @@ func parseArgs(args []string) ([]assignment, []string, error) {
 			positional = append(positional, tok)
 			continue
 		}
-		body := strings.TrimLeft(tok, "-")
-		dashes := tok[:len(tok)-len(body)]
-		name, value, hasValue := strings.Cut(body, "=")
-		norm := strings.ReplaceAll(name, "_", "-")
-		shown := dashes + name
-		spec, ok := specByName(norm)
-		negated := false
-		if !ok && strings.HasPrefix(norm, "no-") {
-			if s, found := specByName(strings.TrimPrefix(norm, "no-")); found && s.negate {
-				spec, ok, negated = s, true, true
-			}
-		}
+		name, value, hasValue := strings.Cut(tok, "=")
+		info, _, ok := LookupFlag(name)
 		if !ok {
-			return nil, nil, fmt.Errorf("unknown flag %s", shown)
+			return nil, nil, fmt.Errorf("unknown flag %s", name)
 		}
-		a := assignment{spec: spec, name: shown, source: "flag"}
-		switch {
-		case spec.kind == kindBool:
-			a.on = !negated
+		a := Assignment{Flag: name}
+		switch info.Kind {
+		case FlagBool:
+			a.Bool = true
 			if hasValue {
 				b, err := strconv.ParseBool(value)
 				if err != nil {
-					return nil, nil, fmt.Errorf("%s: want true or false, got %q", shown, value)
+					return nil, nil, fmt.Errorf("%s: want true or false, got %q", name, value)
 				}
-				a.on = b != negated
+				a.Bool = b
 			}
-		case spec.kind == kindList:
+		case FlagList:
 			if hasValue {
-				a.list = []string{value}
+				a.List = []string{value}
 				break
 			}
 			for i+1 < len(args) && !looksLikeFlag(args[i+1]) {
 				i++
-				a.list = append(a.list, args[i])
+				a.List = append(a.List, args[i])
 			}
-			if len(a.list) == 0 {
-				return nil, nil, fmt.Errorf("%s: expected at least one value", shown)
+			if len(a.List) == 0 {
+				return nil, nil, fmt.Errorf("%s: expected at least one value", name)
 			}
 		default:
 			if !hasValue {
 				if i+1 >= len(args) {
-					return nil, nil, fmt.Errorf("%s: expected a value", shown)
+					return nil, nil, fmt.Errorf("%s: expected a value", name)
 				}
 				i++
 				value = args[i]
 			}
-			a.value = value
+			a.Value = value
 		}
 		as = append(as, a)
 	}
@@ -724,9 +797,20 @@ var negativeNumber = regexp.MustCompile(`^-\d+$|^-\d*\.\d+$`)
 
 func isNegativeNumber(s string) bool { return negativeNumber.MatchString(s) }
 
-// build applies defaults, the settings file and the assignments, then
-// validates the combination.
-func build(as []assignment, positional []string) (*EngineArgs, error) {
+// Build makes EngineArgs from flag assignments, in command-line order,
+// and the positional arguments (at most one: MODEL): defaults < the
+// --config settings file < the assignments (later ones win). It is the
+// data-level way in for any command line parser, and for tests. Every
+// error names the flag (as written in the assignment) or settings key.
+func Build(assignments []Assignment, positional []string) (*EngineArgs, error) {
+	as := make([]assignment, len(assignments))
+	for i, x := range assignments {
+		r, err := x.resolve()
+		if err != nil {
+			return nil, err
+		}
+		as[i] = r
+	}
 	a := Defaults()
 	// The settings file is named by the last --config.
 	for _, x := range as {
@@ -903,6 +987,9 @@ func (a *EngineArgs) WithoutEffect(backend string) []Ignored {
 	}
 	if a.EnablePrefixCaching {
 		add("enable-prefix-caching", "prefix caching is not implemented yet")
+	}
+	if a.EnablePromptTokensDetails {
+		add("enable-prompt-tokens-details", "prompt_tokens_details only reports prefix-cache hits, and prefix caching is not implemented")
 	}
 	if a.Given("async-scheduling") && a.AsyncScheduling {
 		add("async-scheduling", "scheduling is synchronous")

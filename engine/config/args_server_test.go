@@ -19,6 +19,13 @@ func TestServerFlags(t *testing.T) {
 		!a.EnableForceIncludeUsage || !a.ReturnTokensAsTokenIDs || !a.Given("max-logprobs") {
 		t.Fatalf("flags not applied: %+v", a)
 	}
+	reasons := map[string]string{}
+	for _, x := range a.WithoutEffect("cpu") {
+		reasons[x.Flag] = x.Reason
+	}
+	if r := reasons["--enable-prompt-tokens-details"]; !strings.Contains(r, "prefix caching is not implemented") {
+		t.Errorf("--enable-prompt-tokens-details reason %q, want it to say prefix caching is not implemented", r)
+	}
 	if _, err := ParseArgs([]string{"model", "--max-logprobs", "x"}); err == nil {
 		t.Fatal("--max-logprobs x accepted")
 	}
@@ -98,4 +105,87 @@ func withoutEffectFlags(a *EngineArgs, backend string) []string {
 		out = append(out, x.Flag)
 	}
 	return out
+}
+
+// TestBuild covers the data-level builder every command line parser goes
+// through: flags as written (aliases, underscores, --no-NAME, =false),
+// later assignments winning, the positional MODEL, and errors that name
+// the flag as written.
+func TestBuild(t *testing.T) {
+	cases := []struct {
+		name       string
+		as         []Assignment
+		positional []string
+		check      func(a *EngineArgs) bool
+		wantErr    string
+	}{
+		{"alias", []Assignment{{Flag: "-tp", Value: "4"}}, []string{"m"},
+			func(a *EngineArgs) bool {
+				return a.TensorParallelSize == 4 && a.Given("tensor-parallel-size") && a.Model == "m"
+			}, ""},
+		{"underscores", []Assignment{{Flag: "--max_model_len", Value: "2k"}}, []string{"m"},
+			func(a *EngineArgs) bool { return a.MaxModelLen == 2000 }, ""},
+		{"later wins", []Assignment{{Flag: "--port", Value: "1"}, {Flag: "--port", Value: "2"}}, []string{"m"},
+			func(a *EngineArgs) bool { return a.Port == 2 }, ""},
+		{"negated", []Assignment{{Flag: "--enforce-eager", Bool: true}, {Flag: "--no-enforce-eager", Bool: true}}, []string{"m"},
+			func(a *EngineArgs) bool { return !a.EnforceEager && a.Given("enforce-eager") }, ""},
+		{"negated false", []Assignment{{Flag: "--no-enable-chunked-prefill", Bool: false}}, []string{"m"},
+			func(a *EngineArgs) bool { return a.EnableChunkedPrefill }, ""},
+		{"list", []Assignment{{Flag: "--served-model-name", List: []string{"a", "b"}}}, []string{"m"},
+			func(a *EngineArgs) bool { return strings.Join(a.ServedModelNames(), ",") == "a,b" }, ""},
+		{"model flag", []Assignment{{Flag: "--model", Value: "x"}}, nil,
+			func(a *EngineArgs) bool { return a.Model == "x" }, ""},
+		{"unknown", []Assignment{{Flag: "--no-such-flag", Value: "1"}}, []string{"m"}, nil, "unknown flag --no-such-flag"},
+		{"not negatable", []Assignment{{Flag: "--no-port", Bool: true}}, []string{"m"}, nil, "unknown flag --no-port"},
+		{"bad value", []Assignment{{Flag: "-tp", Value: "zero"}}, []string{"m"}, nil, "-tp: "},
+		{"two models", nil, []string{"m", "n"}, nil, `unexpected argument "n"`},
+	}
+	for _, tc := range cases {
+		a, err := Build(tc.as, tc.positional)
+		switch {
+		case tc.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.wantErr)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case !tc.check(a):
+			t.Errorf("%s: flags not applied: %+v", tc.name, a)
+		}
+	}
+}
+
+// TestFlagTable: the metadata lists every flag once, with its kind, and
+// LookupFlag finds each by every name it can be written with.
+func TestFlagTable(t *testing.T) {
+	seen := map[string]bool{}
+	for _, f := range FlagTable() {
+		if seen[f.Name] || f.Usage == "" {
+			t.Errorf("flag %q listed twice or without usage", f.Name)
+		}
+		seen[f.Name] = true
+		names := []string{"--" + f.Name, "--" + strings.ReplaceAll(f.Name, "-", "_")}
+		for _, al := range f.Aliases {
+			names = append(names, "-"+al)
+		}
+		for _, n := range names {
+			if got, neg, ok := LookupFlag(n); !ok || neg || got.Name != f.Name {
+				t.Errorf("LookupFlag(%q) = %q, %v, %v", n, got.Name, neg, ok)
+			}
+		}
+		if got, neg, ok := LookupFlag("--no-" + f.Name); ok != f.Negatable || (ok && (!neg || got.Name != f.Name)) {
+			t.Errorf("LookupFlag(--no-%s) = %q, %v, %v; negatable %v", f.Name, got.Name, neg, ok, f.Negatable)
+		}
+		if f.Negatable && f.Kind != FlagBool {
+			t.Errorf("--%s is negatable but not a bool flag", f.Name)
+		}
+	}
+	for _, n := range []string{"model", "port", "tensor-parallel-size", "served-model-name", "enforce-eager"} {
+		if !seen[n] {
+			t.Errorf("--%s missing from FlagTable", n)
+		}
+	}
+	if _, _, ok := LookupFlag("--nope"); ok {
+		t.Error("LookupFlag(--nope) found a flag")
+	}
 }

@@ -17,7 +17,7 @@ func TestPlanCacheMatchesModel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := config.ParseArgs([]string{dir})
+		a, err := config.Build(nil, []string{dir})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,8 +12,8 @@ import (
 // settings loader (--config FILE) under a .json, a .toml and an
 // extensionless name (sniffed by content). It must never panic; every
 // error names the file; a .json file is accepted only when it is one JSON
-// value. An accepted file's values are then applied as ParseArgs does,
-// and ParseArgs itself (the path users hit) runs on it.
+// value. An accepted file's values are then applied as Build does,
+// and Build itself (the path every command line takes) runs on it.
 func FuzzSettingsJSON(f *testing.F) {
 	fuzzSettings(f, "s.json", []string{"blog-settings.json"}, []string{
 		`{"tensor-parallel-size": 4, "port": "9000", "enforce_eager": true,
@@ -75,12 +75,12 @@ func fuzzSettings(f *testing.F, name string, files, bodies []string) {
 					t.Fatalf("error does not name the file: %v", err)
 				}
 			}
-			a, err := ParseArgs([]string{"m", "--config", p})
+			a, err := Build([]Assignment{{Flag: "--config", Value: p}}, []string{"m"})
 			if (err == nil) != (a != nil) {
-				t.Fatalf("ParseArgs = %v, %v", a, err)
+				t.Fatalf("Build = %v, %v", a, err)
 			}
 			if err == nil && st == nil {
-				t.Fatal("ParseArgs accepted a file loadSettings rejects")
+				t.Fatal("Build accepted a file loadSettings rejects")
 			}
 		}
 	})

@@ -39,10 +39,8 @@ type Output struct {
 	FinishReason string
 	// StopToken is the stop or EOS id that ended the request, if any.
 	StopToken *int32
-	// PromptTokens and CachedTokens count the request's prompt and the part
-	// of it served from the prefix cache (usage accounting).
+	// PromptTokens counts the request's prompt (usage accounting).
 	PromptTokens int
-	CachedTokens int
 	// Err is set with FinishReason "error" (e.g. the engine failed), and
 	// with "abort" when the engine shut down (ErrClosed).
 	Err error

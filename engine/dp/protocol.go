@@ -133,7 +133,6 @@ type wireOutput struct {
 	HasStop      bool // gob drops a pointer to 0, so the stop token travels by value
 	StopToken    int32
 	PromptTokens int
-	CachedTokens int
 	Err          string
 	EOS          bool
 	Time         time.Time
@@ -146,7 +145,7 @@ type wireOutput struct {
 
 func toWire(o core.Output) wireOutput {
 	w := wireOutput{RequestID: o.RequestID, Tokens: o.Tokens, Logprobs: o.Logprobs, Finished: o.Finished,
-		FinishReason: o.FinishReason, PromptTokens: o.PromptTokens, CachedTokens: o.CachedTokens,
+		FinishReason: o.FinishReason, PromptTokens: o.PromptTokens,
 		EOS: o.EOS, Time: o.Time, Metrics: o.Metrics}
 	if o.StopToken != nil {
 		w.HasStop, w.StopToken = true, *o.StopToken
@@ -159,7 +158,7 @@ func toWire(o core.Output) wireOutput {
 
 func (w wireOutput) output() core.Output {
 	o := core.Output{RequestID: w.RequestID, Tokens: w.Tokens, Logprobs: w.Logprobs, Finished: w.Finished,
-		FinishReason: w.FinishReason, PromptTokens: w.PromptTokens, CachedTokens: w.CachedTokens,
+		FinishReason: w.FinishReason, PromptTokens: w.PromptTokens,
 		EOS: w.EOS, Time: w.Time, Metrics: w.Metrics}
 	if w.HasStop {
 		st := w.StopToken

@@ -81,12 +81,12 @@ func (v value) appendTo(dst []byte) []byte {
 	case kindFloat:
 		return pyfmt.AppendFloatRepr(dst, v.f)
 	case kindString:
-		return appendPyString(dst, v.s)
+		return pyfmt.AppendJSONString(dst, v.s, false)
 	case kindArray:
 		dst = append(dst, '[')
 		for i, x := range v.arr {
 			if i > 0 {
-				dst = append(dst, ", "...)
+				dst = append(dst, pyfmt.ItemSep...)
 			}
 			dst = x.appendTo(dst)
 		}
@@ -95,67 +95,14 @@ func (v value) appendTo(dst []byte) []byte {
 		dst = append(dst, '{')
 		for i, k := range v.keys {
 			if i > 0 {
-				dst = append(dst, ", "...)
+				dst = append(dst, pyfmt.ItemSep...)
 			}
-			dst = appendPyString(dst, k)
-			dst = append(dst, ": "...)
+			dst = pyfmt.AppendJSONString(dst, k, false)
+			dst = append(dst, pyfmt.KeySep...)
 			dst = v.vals[i].appendTo(dst)
 		}
 		return append(dst, '}')
 	}
-}
-
-// appendPyString writes s as json.dumps(s, ensure_ascii=False) does:
-// only '"', '\\' and control characters are escaped. Invalid UTF-8 is
-// written as U+FFFD so the result is always valid JSON.
-func appendPyString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	dst = appendPyStringBody(dst, s)
-	return append(dst, '"')
-}
-
-// appendPyStringBody writes the escaped text of s without the quotes. The
-// escaping of a prefix of s is a prefix of the escaping of s, which the
-// streaming argument builder relies on.
-func appendPyStringBody(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch c {
-			case '"':
-				dst = append(dst, '\\', '"')
-			case '\\':
-				dst = append(dst, '\\', '\\')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			default:
-				if c < 0x20 {
-					dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
-				} else {
-					dst = append(dst, c)
-				}
-			}
-			i++
-			continue
-		}
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && n == 1 {
-			dst = append(dst, "\uFFFD"...)
-		} else {
-			dst = append(dst, s[i:i+n]...)
-		}
-		i += n
-	}
-	return dst
 }
 
 // canonicalInt turns an integer literal (optional sign, decimal digits,

@@ -1,68 +1,6 @@
 package parser
 
-import (
-	"encoding/json"
-	"math"
-	"testing"
-
-	"github.com/npuserve/npuserve/engine/pyfmt"
-)
-
-// The expected strings are what CPython 3.12 prints for
-// json.dumps(v, ensure_ascii=False).
-func TestPyFloatRepr(t *testing.T) {
-	cases := []struct {
-		f    float64
-		want string
-	}{
-		{1, "1.0"},
-		{-1, "-1.0"},
-		{0, "0.0"},
-		{math.Copysign(0, -1), "-0.0"},
-		{2.5, "2.5"},
-		{0.1, "0.1"},
-		{1.0 / 3, "0.3333333333333333"},
-		{1e15, "1000000000000000.0"},
-		{1e16, "1e+16"},
-		{1.5e16, "1.5e+16"},
-		{123456789012345680, "1.2345678901234568e+17"},
-		{9999999999999998, "9999999999999998.0"},
-		{0.0001, "0.0001"},
-		{0.00001, "1e-05"},
-		{1.5e-7, "1.5e-07"},
-		{1e100, "1e+100"},
-		{-2.5e-300, "-2.5e-300"},
-		{5e-324, "5e-324"},
-		{math.MaxFloat64, "1.7976931348623157e+308"},
-		{100, "100.0"},
-	}
-	for _, c := range cases {
-		if got := string(pyfmt.AppendFloatRepr(nil, c.f)); got != c.want {
-			t.Errorf("repr(%v) = %q, want %q", c.f, got, c.want)
-		}
-	}
-}
-
-func TestPyStringEscape(t *testing.T) {
-	cases := []struct{ in, want string }{
-		{"plain", `"plain"`},
-		{`q"b\s`, `"q\"b\\s"`},
-		{"nl\nt\tr\rb\bf\f", `"nl\nt\tr\rb\bf\f"`},
-		{"\x00\x1f\x7f", `"\u0000\u001f` + "\x7f" + `"`},
-		{"中文 émoji 😀 \u2028", "\"中文 émoji 😀 \u2028\""},
-		{"bad\xffutf8", "\"bad\uFFFDutf8\""},
-		{"</tag>&", `"</tag>&"`},
-	}
-	for _, c := range cases {
-		got := string(appendPyString(nil, c.in))
-		if got != c.want {
-			t.Errorf("dumps(%q) = %s, want %s", c.in, got, c.want)
-		}
-		if !json.Valid([]byte(got)) {
-			t.Errorf("dumps(%q) = %s is not valid JSON", c.in, got)
-		}
-	}
-}
+import "testing"
 
 func TestParseJSONRoundTrip(t *testing.T) {
 	cases := []struct{ in, want string }{

@@ -2,8 +2,9 @@ package parser
 
 import (
 	"strings"
-	"unicode"
 	"unicode/utf8"
+
+	"github.com/npuserve/npuserve/engine/pyfmt"
 )
 
 // The tags GLM models use. In GLM tokenizers each is one added token.
@@ -127,17 +128,11 @@ func incompleteUTF8(s string) int {
 	return 0
 }
 
-// isPySpace reports whether r is whitespace for Python's str.strip(): the
-// Unicode White_Space characters plus the ASCII separators U+001C…U+001F.
-func isPySpace(r rune) bool {
-	return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f)
-}
-
 // pyStrip trims leading and trailing whitespace as Python's str.strip().
-func pyStrip(s string) string { return strings.TrimFunc(s, isPySpace) }
+func pyStrip(s string) string { return strings.TrimFunc(s, pyfmt.IsSpace) }
 
 // pyRStrip trims trailing whitespace as Python's str.rstrip().
-func pyRStrip(s string) string { return strings.TrimRightFunc(s, isPySpace) }
+func pyRStrip(s string) string { return strings.TrimRightFunc(s, pyfmt.IsSpace) }
 
 // isAllSpace reports whether s is empty or only whitespace.
 func isAllSpace(s string) bool { return pyStrip(s) == "" }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/npuserve/npuserve/engine/pyfmt"
 )
 
 // ToolCall is one parsed call, as it goes into message.tool_calls.
@@ -336,7 +338,7 @@ outer:
 					p.endName(false)
 					s = s[i+1:]
 					continue outer
-				case !isPySpace(r):
+				case !pyfmt.IsSpace(r):
 					c.nameNonWS = true
 				}
 			}
@@ -345,7 +347,7 @@ outer:
 		case tsBody:
 			c := p.cur
 			if c.pairs == 0 && !c.junk {
-				t := strings.TrimLeftFunc(s, isPySpace)
+				t := strings.TrimLeftFunc(s, pyfmt.IsSpace)
 				if t == "" {
 					return
 				}
@@ -370,7 +372,7 @@ outer:
 		case tsValue:
 			c := p.cur
 			if c.streaming {
-				p.args(string(appendPyStringBody(nil, s)))
+				p.args(string(pyfmt.AppendJSONStringBody(nil, s, false)))
 			} else {
 				c.valBuf.WriteString(s)
 			}
@@ -409,7 +411,7 @@ outer:
 			c.js.WriteString(s)
 			return
 		case tsAfterJSON:
-			t := strings.TrimLeftFunc(s, isPySpace)
+			t := strings.TrimLeftFunc(s, pyfmt.IsSpace)
 			if t == "" {
 				return
 			}
@@ -508,7 +510,7 @@ func betweenKeyAndValue(s string) (ok, done bool) {
 			if r >= 0x80 {
 				r, n = utf8.DecodeRuneInString(s[i:])
 			}
-			if !isPySpace(r) {
+			if !pyfmt.IsSpace(r) {
 				return false, false
 			}
 			i += n
@@ -525,7 +527,7 @@ func (p *GLM47Tools) content(s string) {
 	}
 	if !p.sawNonWS {
 		all := p.leadWS + s
-		t := strings.TrimLeftFunc(all, isPySpace)
+		t := strings.TrimLeftFunc(all, pyfmt.IsSpace)
 		if t == "" {
 			p.leadWS = all
 			return

@@ -1,6 +1,9 @@
-// Package pyfmt formats values exactly as Python prints them, for the
-// places where vLLM's output is Python's text (chat templates' repr and
-// tojson, tool-call arguments written with json.dumps).
+// Package pyfmt is Python's text semantics, stated once: how Python prints
+// values (repr of floats and strs, json.dumps' strings and floats) and
+// which characters its str methods treat as whitespace. vLLM's output is
+// Python's text in many places (chat templates' repr and tojson, tool-call
+// arguments written with json.dumps, pydantic's error messages, the
+// request log), and every package that reproduces it calls this one.
 package pyfmt
 
 import (
@@ -70,3 +73,17 @@ func FloatRepr(f float64) string {
 
 // AppendFloatRepr appends FloatRepr(f) to dst.
 func AppendFloatRepr(dst []byte, f float64) []byte { return append(dst, FloatRepr(f)...) }
+
+// JSONFloat is a float as json.dumps writes it: FloatRepr, with NaN,
+// Infinity and -Infinity for the non-finite values (allow_nan=True).
+func JSONFloat(f float64) string {
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case math.IsInf(f, 1):
+		return "Infinity"
+	case math.IsInf(f, -1):
+		return "-Infinity"
+	}
+	return FloatRepr(f)
+}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/npuserve/npuserve/engine/pyfmt"
 )
 
 // Constants taken from vLLM (vllm/sampling_params.py, vllm/config/model.py).
@@ -279,23 +281,23 @@ func (p *Params) Validate() error {
 		return invalid("n must be at most %d, got %d. To increase this limit, set the VLLM_MAX_N_SEQUENCES environment variable.", MaxN, p.N)
 	}
 	if v := p.PresencePenalty; !(-2 <= v && v <= 2) {
-		return invalid("presence_penalty must be in [-2, 2], got %s.", pyFloat(v))
+		return invalid("presence_penalty must be in [-2, 2], got %s.", pyfmt.FloatRepr(v))
 	}
 	if v := p.FrequencyPenalty; !(-2 <= v && v <= 2) {
-		return invalid("frequency_penalty must be in [-2, 2], got %s.", pyFloat(v))
+		return invalid("frequency_penalty must be in [-2, 2], got %s.", pyfmt.FloatRepr(v))
 	}
 	if p.RepetitionPenalty != nil {
 		v := *p.RepetitionPenalty
 		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return invalid("repetition_penalty must be a finite number, got %s.", pyFloat(v))
+			return invalid("repetition_penalty must be a finite number, got %s.", pyfmt.FloatRepr(v))
 		}
 		if v <= 0 {
-			return invalid("repetition_penalty must be greater than zero, got %s.", pyFloat(v))
+			return invalid("repetition_penalty must be greater than zero, got %s.", pyfmt.FloatRepr(v))
 		}
 	}
 	if p.Temperature != nil {
 		v := *p.Temperature
-		s := pyFloat(v)
+		s := pyfmt.FloatRepr(v)
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return invalidParam("temperature", s, "temperature must be a finite number, got %s.", s)
 		}
@@ -308,7 +310,7 @@ func (p *Params) Validate() error {
 	}
 	if p.TopP != nil {
 		if v := *p.TopP; !(0 < v && v <= 1) {
-			s := pyFloat(v)
+			s := pyfmt.FloatRepr(v)
 			return invalidParam("top_p", s, "top_p must be in (0, 1], got %s.", s)
 		}
 	}
@@ -317,7 +319,7 @@ func (p *Params) Validate() error {
 	}
 	if p.MinP != nil {
 		if v := *p.MinP; !(0 <= v && v <= 1) {
-			return invalid("min_p must be in [0, 1], got %s.", pyFloat(v))
+			return invalid("min_p must be in [0, 1], got %s.", pyfmt.FloatRepr(v))
 		}
 	}
 	if p.MaxTokens != nil && *p.MaxTokens < 1 {
@@ -454,31 +456,6 @@ func clampBias(b float64) float64 {
 		b = MaxLogitBias
 	}
 	return b
-}
-
-// pyFloat formats v as Python's repr(float) (and str, f-strings): the
-// shortest round-tripping digits, positional notation with at least one
-// fractional digit for exponents in [-4, 16), scientific notation with a
-// signed two-digit exponent otherwise, and nan / inf / -inf.
-func pyFloat(v float64) string {
-	switch {
-	case math.IsNaN(v):
-		return "nan"
-	case math.IsInf(v, 1):
-		return "inf"
-	case math.IsInf(v, -1):
-		return "-inf"
-	}
-	e := strconv.FormatFloat(v, 'e', -1, 64)
-	exp, _ := strconv.Atoi(e[strings.IndexByte(e, 'e')+1:])
-	if v == 0 || (exp >= -4 && exp < 16) {
-		s := strconv.FormatFloat(v, 'f', -1, 64)
-		if !strings.ContainsRune(s, '.') {
-			s += ".0"
-		}
-		return s
-	}
-	return e
 }
 
 // pyIntList formats ids as a Python list repr: "[1, 2, 3]".

@@ -7,34 +7,6 @@ import (
 	"testing"
 )
 
-func TestPyFloat(t *testing.T) {
-	for _, tc := range []struct {
-		v    float64
-		want string
-	}{
-		{-1, "-1.0"},
-		{0, "0.0"},
-		{math.Copysign(0, -1), "-0.0"},
-		{1.5, "1.5"},
-		{0.1, "0.1"},
-		{2.5, "2.5"},
-		{0.0001, "0.0001"},
-		{0.00001, "1e-05"},
-		{1.5e-7, "1.5e-07"},
-		{123456789, "123456789.0"},
-		{1e15, "1000000000000000.0"},
-		{1e16, "1e+16"},
-		{1.25e100, "1.25e+100"},
-		{math.NaN(), "nan"},
-		{math.Inf(1), "inf"},
-		{math.Inf(-1), "-inf"},
-	} {
-		if got := pyFloat(tc.v); got != tc.want {
-			t.Errorf("pyFloat(%v) = %q, want %q", tc.v, got, tc.want)
-		}
-	}
-}
-
 // withParams returns DefaultParams modified by f.
 func withParams(f func(p *Params)) Params {
 	p := DefaultParams()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/npuserve/npuserve/engine/parser"
+	"github.com/npuserve/npuserve/engine/pyfmt"
 )
 
 // chatCall is one chat request being answered.
@@ -89,7 +90,7 @@ func (s *Server) chatCompletions(c *gin.Context) {
 	}
 	cc.id = "chatcmpl-" + baseRequestID(c, req.requestID)
 	if s.opt.LogRequests {
-		s.log.Infof("Received request %s: prompt: %s, params: %s, prompt_token_ids: %v", cc.id, pyStr(rc.Prompt), paramsRepr(p, &req.commonRequest), ids)
+		s.log.Infof("Received request %s: prompt: %s, params: %s, prompt_token_ids: %v", cc.id, pyfmt.Repr(rc.Prompt), paramsRepr(p, &req.commonRequest), ids)
 	}
 	r, aerr := s.launch(cc.id, []prompt{cc.prompt}, specs, oo, arrival)
 	if aerr != nil {
@@ -187,9 +188,6 @@ func (cc *chatCall) usage(r *run) usage {
 	u := usage{PromptTokens: len(cc.prompt.ids)}
 	for _, c := range r.choices {
 		u.CompletionTokens += len(c.ids)
-		if cc.s.opt.EnablePromptTokensDetails && c.cached > 0 {
-			u.PromptTokensDetails = &promptTokenDetails{CachedTokens: c.cached}
-		}
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	return u

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/npuserve/npuserve/engine/pyfmt"
 	"github.com/npuserve/npuserve/engine/sampling"
 )
 
@@ -167,7 +168,7 @@ func (s *Server) completions(c *gin.Context) {
 	id := "cmpl-" + baseRequestID(c, req.requestID)
 	if s.opt.LogRequests {
 		for i, p := range prompts {
-			s.log.Infof("Received request %s-%d: prompt: %s, params: %s, prompt_token_ids: %v", id, i, pyStr(p.text), paramsRepr(specs[0].params, &req.commonRequest), p.ids)
+			s.log.Infof("Received request %s-%d: prompt: %s, params: %s, prompt_token_ids: %v", id, i, pyfmt.Repr(p.text), paramsRepr(specs[0].params, &req.commonRequest), p.ids)
 		}
 	}
 	r, aerr := s.launch(id, prompts, specs, oo, arrival)
@@ -220,15 +221,10 @@ func (cc *completionCall) usage(r *run) usage {
 	for _, p := range cc.prompts {
 		u.PromptTokens += len(p.ids)
 	}
-	cached := 0
 	for _, c := range r.choices {
 		u.CompletionTokens += len(c.ids)
-		cached = c.cached
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
-	if cc.s.opt.EnablePromptTokensDetails && cached > 0 {
-		u.PromptTokensDetails = &promptTokenDetails{CachedTokens: cached}
-	}
 	return u
 }
 
@@ -449,7 +445,7 @@ func paramsRepr(p sampling.Params, r *commonRequest) string {
 		if x == nil {
 			return "None"
 		}
-		return pyFloat(*x)
+		return pyfmt.FloatRepr(*x)
 	}
 	i := func(x *int) string {
 		if x == nil {
@@ -463,10 +459,10 @@ func paramsRepr(p sampling.Params, r *commonRequest) string {
 	}
 	stops := make([]string, len(r.stop))
 	for k, s := range r.stop {
-		stops[k] = pyStr(s)
+		stops[k] = pyfmt.Repr(s)
 	}
 	return fmt.Sprintf("SamplingParams(n=%d, presence_penalty=%s, frequency_penalty=%s, repetition_penalty=%s, temperature=%s, top_p=%s, top_k=%s, min_p=%s, seed=%s, stop=[%s], stop_token_ids=%v, include_stop_str_in_output=%s, ignore_eos=%s, max_tokens=%s, min_tokens=%d, logprobs=%s, skip_special_tokens=%s)",
-		p.N, pyFloat(p.PresencePenalty), pyFloat(p.FrequencyPenalty), f(p.RepetitionPenalty), f(p.Temperature), f(p.TopP), i(p.TopK), f(p.MinP),
+		p.N, pyfmt.FloatRepr(p.PresencePenalty), pyfmt.FloatRepr(p.FrequencyPenalty), f(p.RepetitionPenalty), f(p.Temperature), f(p.TopP), i(p.TopK), f(p.MinP),
 		seed, strings.Join(stops, ", "), p.StopTokenIDs, pyBool(r.includeStopStrInOutput), pyBool(p.IgnoreEOS), i(p.MaxTokens), p.MinTokens, i(p.Logprobs), pyBool(r.skipSpecialTokens))
 }
 

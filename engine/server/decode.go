@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/npuserve/npuserve/engine/parser"
+	"github.com/npuserve/npuserve/engine/pyfmt"
 )
 
 // body is a JSON request object read field by field with pydantic's lax
@@ -186,7 +187,7 @@ func (b *body) truthy(name string) bool {
 // missing is pydantic's "Field required" error for a field of the body.
 func (b *body) missing(name string) pydanticError {
 	return pydanticError{Type: "missing", Loc: "body." + name, Msg: "Field required",
-		Input: pyStr("<dict of " + strconv.Itoa(len(b.keys)) + " items>")}
+		Input: pyfmt.Repr("<dict of " + strconv.Itoa(len(b.keys)) + " items>")}
 }
 
 func (b *body) fail(name, typ, msg string, raw json.RawMessage) {
@@ -337,7 +338,7 @@ func (b *body) literal(name string, choices ...string) *string {
 	}
 	expected := literalChoices(choices)
 	b.errs = append(b.errs, pydanticError{Type: "literal_error", Loc: "body." + name, Msg: "Input should be " + expected,
-		Input: pyInput(raw), Ctx: "{'expected': " + pyStr(expected) + "}"})
+		Input: pyInput(raw), Ctx: "{'expected': " + pyfmt.Repr(expected) + "}"})
 	return nil
 }
 
@@ -346,7 +347,7 @@ func (b *body) literal(name string, choices ...string) *string {
 func literalChoices(choices []string) string {
 	q := make([]string, len(choices))
 	for i, c := range choices {
-		q[i] = pyStr(c)
+		q[i] = pyfmt.Repr(c)
 	}
 	if len(q) == 1 {
 		return q[0]

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/npuserve/npuserve/engine/core"
+	"github.com/npuserve/npuserve/engine/pyfmt"
 	"github.com/npuserve/npuserve/engine/sampling"
 )
 
@@ -115,7 +116,7 @@ type pydanticError struct {
 }
 
 func (e pydanticError) String() string {
-	s := fmt.Sprintf("{'type': %s, 'loc': %s, 'msg': %s, 'input': %s", pyStr(e.Type), pyStr(e.Loc), pyStr(e.Msg), e.Input)
+	s := fmt.Sprintf("{'type': %s, 'loc': %s, 'msg': %s, 'input': %s", pyfmt.Repr(e.Type), pyfmt.Repr(e.Loc), pyfmt.Repr(e.Msg), e.Input)
 	if e.Ctx != "" {
 		s += ", 'ctx': " + e.Ctx
 	}
@@ -169,8 +170,8 @@ func valueError(param string, nFields int, cls, msg string) *APIError {
 	}
 	return validationError([]pydanticError{{
 		Type: "value_error", Loc: "body", Msg: "Value error, " + full,
-		Input: pyStr(fmt.Sprintf("<dict of %d items>", nFields)),
-		Ctx:   fmt.Sprintf("{'error': %s(%s)}", cls, pyStr(msg)),
+		Input: pyfmt.Repr(fmt.Sprintf("<dict of %d items>", nFields)),
+		Ctx:   fmt.Sprintf("{'error': %s(%s)}", cls, pyfmt.Repr(msg)),
 		Param: param,
 	}})
 }
@@ -207,37 +208,8 @@ func jsonDecodeError(body []byte, err error) *APIError {
 	pos = len([]rune(string(body[:min(pos, len(body))])))
 	return validationError([]pydanticError{{
 		Type: "json_invalid", Loc: "body." + strconv.Itoa(pos), Msg: "JSON decode error",
-		Input: pyStr("<dict of 0 items>"), Ctx: fmt.Sprintf("{'error': %s}", pyStr(reason)),
+		Input: pyfmt.Repr("<dict of 0 items>"), Ctx: fmt.Sprintf("{'error': %s}", pyfmt.Repr(reason)),
 	}})
-}
-
-// pyStr is Python's repr of a str.
-func pyStr(s string) string {
-	quote := byte('\'')
-	if strings.ContainsRune(s, '\'') && !strings.ContainsRune(s, '"') {
-		quote = '"'
-	}
-	var b strings.Builder
-	b.WriteByte(quote)
-	for _, r := range s {
-		switch {
-		case r == rune(quote) || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(&b, `\x%02x`, r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	b.WriteByte(quote)
-	return b.String()
 }
 
 // pyInput renders a JSON value as vLLM's validation handler shows an
@@ -251,13 +223,13 @@ func pyInput(raw json.RawMessage) string {
 		if t[0] == '{' {
 			kind = "dict"
 		}
-		return pyStr(fmt.Sprintf("<%s of %d items>", kind, countElems(t)))
+		return pyfmt.Repr(fmt.Sprintf("<%s of %d items>", kind, countElems(t)))
 	}
 	var v any
 	d := json.NewDecoder(bytes.NewReader(t))
 	d.UseNumber()
 	if err := d.Decode(&v); err != nil {
-		return pyStr(string(raw))
+		return pyfmt.Repr(string(raw))
 	}
 	switch x := v.(type) {
 	case nil:
@@ -272,18 +244,18 @@ func pyInput(raw json.RawMessage) string {
 		if strings.ContainsAny(s, ".eE") {
 			f, err := x.Float64()
 			if err == nil {
-				return pyFloat(f)
+				return pyfmt.FloatRepr(f)
 			}
 		}
 		return s
 	case string:
 		r := []rune(x)
 		if len(r) > 200 {
-			return pyStr(string(r[:200]) + "...[truncated]")
+			return pyfmt.Repr(string(r[:200]) + "...[truncated]")
 		}
-		return pyStr(x)
+		return pyfmt.Repr(x)
 	}
-	return pyStr(string(raw))
+	return pyfmt.Repr(string(raw))
 }
 
 // countElems counts the elements of a valid JSON array, or the members of
@@ -321,25 +293,4 @@ func countElems(t []byte) int {
 		return 0
 	}
 	return n + 1
-}
-
-// pyFloat is Python's repr of a float.
-func pyFloat(v float64) string {
-	s := strconv.FormatFloat(v, 'g', -1, 64)
-	e := strconv.FormatFloat(v, 'e', -1, 64)
-	exp, _ := strconv.Atoi(e[strings.IndexByte(e, 'e')+1:])
-	if v != 0 && (exp < -4 || exp >= 16) {
-		mant, ex, _ := strings.Cut(e, "e")
-		n, _ := strconv.Atoi(ex)
-		sign := "+"
-		if n < 0 {
-			sign, n = "-", -n
-		}
-		return fmt.Sprintf("%se%s%02d", mant, sign, n)
-	}
-	s = strconv.FormatFloat(v, 'f', -1, 64)
-	if !strings.ContainsAny(s, ".nI") {
-		s += ".0"
-	}
-	return s
 }

@@ -58,7 +58,6 @@ type choice struct {
 	// stopReason is nil, the stop token id (int32) or the stop string.
 	stopReason any
 	err        *APIError
-	cached     int
 	promptLen  int
 }
 
@@ -94,7 +93,6 @@ func (c *choice) consume(out core.Output) delta {
 	if out.PromptTokens > 0 {
 		c.promptLen = out.PromptTokens
 	}
-	c.cached = max(c.cached, out.CachedTokens)
 	c.ids = append(c.ids, out.Tokens...)
 	c.lps = append(c.lps, out.Logprobs...)
 	d.tokens, d.logprobs = out.Tokens, out.Logprobs

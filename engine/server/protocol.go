@@ -28,6 +28,10 @@ type usageNoNull struct {
 	PromptTokensDetails *promptTokenDetails `json:"prompt_tokens_details,omitempty"`
 }
 
+// promptTokenDetails is vLLM's PromptTokenUsageInfo. It reports prefix-cache
+// hits, and prefix caching is not implemented, so usage always carries it
+// as null (vLLM sends null too when nothing was cached);
+// --enable-prompt-tokens-details is reported as without effect.
 type promptTokenDetails struct {
 	CachedTokens int `json:"cached_tokens"`
 }

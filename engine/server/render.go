@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/npuserve/npuserve/engine/chattemplate"
+	"github.com/npuserve/npuserve/engine/pyfmt"
 	"github.com/npuserve/npuserve/engine/tokenizer"
 )
 
@@ -371,7 +372,7 @@ func normalizeTools(raw json.RawMessage) (chattemplate.Value, bool, *APIError) {
 		name, ok := fm.Get("name")
 		if _, isStr := name.AsString(); !ok || !isStr {
 			return chattemplate.Value{}, false, validationError([]pydanticError{{Type: "missing",
-				Loc: fmt.Sprintf("body.tools.%d.function.name", i), Msg: "Field required", Input: pyStr(fmt.Sprintf("<dict of %d items>", fm.Len()))}})
+				Loc: fmt.Sprintf("body.tools.%d.function.name", i), Msg: "Field required", Input: pyfmt.Repr(fmt.Sprintf("<dict of %d items>", fm.Len()))}})
 		}
 		nf := chattemplate.NewMap()
 		nf.Set("name", name)

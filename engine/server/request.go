@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/npuserve/npuserve/engine/parser"
+	"github.com/npuserve/npuserve/engine/pyfmt"
 	"github.com/npuserve/npuserve/engine/sampling"
 	"github.com/npuserve/npuserve/engine/tokenizer"
 )
@@ -240,7 +241,7 @@ func (r *commonRequest) unsupportedError() *APIError {
 	for _, u := range r.unsupported {
 		switch {
 		case strings.HasPrefix(u, "!logit_bias:"):
-			return badRequest("invalid literal for int() with base 10: %s", pyStr(strings.TrimPrefix(u, "!logit_bias:")))
+			return badRequest("invalid literal for int() with base 10: %s", pyfmt.Repr(strings.TrimPrefix(u, "!logit_bias:")))
 		case u == "!cache_salt":
 		case u == "use_beam_search":
 			return badParam(u, "Beam search (use_beam_search) is not supported by npuserve yet.")

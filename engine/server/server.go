@@ -83,11 +83,9 @@ type Options struct {
 	Generation sampling.GenerationDefaults
 	// MaxLogprobs is --max-logprobs (default 20).
 	MaxLogprobs int
-	// EnablePromptTokensDetails reports usage.prompt_tokens_details
-	// (--enable-prompt-tokens-details); EnableForceIncludeUsage sends
-	// usage in every stream (--enable-force-include-usage).
-	EnablePromptTokensDetails bool
-	EnableForceIncludeUsage   bool
+	// EnableForceIncludeUsage sends usage in every stream
+	// (--enable-force-include-usage).
+	EnableForceIncludeUsage bool
 	// ReturnTokensAsTokenIDs is the server-wide default of
 	// return_tokens_as_token_ids (--return-tokens-as-token-ids).
 	ReturnTokensAsTokenIDs bool

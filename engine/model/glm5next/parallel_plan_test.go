@@ -61,11 +61,11 @@ func TestParallelMatchesPlan(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("TP%d DP%d EP %v", tc.tp, tc.dp, tc.ep), func(t *testing.T) {
-			args := []string{dir, "--device", "cpu", "-tp", fmt.Sprint(tc.tp), "-dp", fmt.Sprint(tc.dp)}
+			as := []config.Assignment{{Flag: "--device", Value: "cpu"}, {Flag: "-tp", Value: fmt.Sprint(tc.tp)}, {Flag: "-dp", Value: fmt.Sprint(tc.dp)}}
 			if tc.ep {
-				args = append(args, "--enable-expert-parallel")
+				as = append(as, config.Assignment{Flag: "--enable-expert-parallel", Bool: true})
 			}
-			a, err := config.ParseArgs(args)
+			a, err := config.Build(as, []string{dir})
 			if err != nil {
 				t.Fatal(err)
 			}
