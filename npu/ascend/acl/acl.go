@@ -256,6 +256,13 @@ func MallocHost(n int) (uintptr, error) {
 	return uintptr(p), err
 }
 
+// HostWrite copies src into MallocHost memory at p (len(src) bytes).
+func HostWrite(p uintptr, src []byte) {
+	if len(src) > 0 {
+		C.npu_host_write(C.uintptr_t(p), unsafe.Pointer(&src[0]), C.size_t(len(src)))
+	}
+}
+
 // FreeHost releases memory from MallocHost.
 func FreeHost(p uintptr) error { return check("aclrtFreeHost", C.npu_aclrtFreeHost(C.uintptr_t(p))) }
 

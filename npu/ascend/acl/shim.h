@@ -53,4 +53,8 @@ const char *npu_aclrtGetSocName(void);
 // message (reading clears it); empty when there is none.
 void npu_aclGetRecentErrMsg(char *buf, size_t len);
 
+// npu_host_write copies n bytes of src into host memory at dst (memory
+// from aclrtMallocHost, addressed by uintptr_t).
+void npu_host_write(uintptr_t dst, const void *src, size_t n);
+
 #endif
