@@ -21,6 +21,7 @@ import (
 
 	"github.com/npuserve/npuserve/hccl"
 	"github.com/npuserve/npuserve/npu"
+	"github.com/npuserve/npuserve/npu/ascend/acl"
 )
 
 func init() { hccl.Register(hccl.TransportHCCL, transport{}) }
@@ -84,9 +85,7 @@ func hcclError(what string, rc C.int) error {
 	if s := C.GoString(C.npu_HcclGetErrorString(rc)); s != "" {
 		msg += " (" + s + ")"
 	}
-	var buf [1024]C.char
-	C.npu_aclGetRecentErrMsg(&buf[0], C.size_t(len(buf)))
-	if s := C.GoString(&buf[0]); s != "" {
+	if s := acl.RecentErrMsg(); s != "" {
 		msg += ": " + s
 	}
 	switch rc {
@@ -146,10 +145,12 @@ func initComm(ri hccl.RootInfo, rank, size int, opts hccl.Options) (hccl.Comm, e
 		if opts.Stream != 0 {
 			c.stream = C.uintptr_t(opts.Stream)
 		} else {
-			if rc := C.npu_aclrtCreateStream(&c.stream); rc != C.NPU_ACL_SUCCESS {
-				herr = aclError("aclrtCreateStream", rc)
+			s, err := acl.CreateStream()
+			if err != nil {
+				herr = err
 				return
 			}
+			c.stream = C.uintptr_t(s)
 			c.ownStream = true
 		}
 		name := C.CString(opts.Name)
@@ -162,7 +163,7 @@ func initComm(ri hccl.RootInfo, rank, size int, opts hccl.Options) (hccl.Comm, e
 		if rc := C.npu_HcclCommInitRootInfo(C.uint32_t(size), &info, C.uint32_t(rank), &cfg, &c.h); rc != 0 {
 			herr = hcclError(fmt.Sprintf("HcclCommInitRootInfoConfig(rank %d of %d, device %d)", rank, size, opts.Device), rc)
 			if c.ownStream {
-				C.npu_aclrtDestroyStream(c.stream)
+				_ = acl.DestroyStream(uintptr(c.stream))
 			}
 		}
 	})
@@ -277,31 +278,29 @@ func (c *comm) run(k call) error {
 func (c *comm) wait(deadline time.Time) error {
 	for {
 		if c.stop.Load() {
-			C.npu_aclrtStreamAbort(c.stream)
+			_ = acl.StreamAbort(uintptr(c.stream))
 			return hccl.Errorf(hccl.ErrPoisoned, "aborted while waiting for the stream")
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			C.npu_aclrtStreamAbort(c.stream) // drop the stuck collective if this CANN can
+			_ = acl.StreamAbort(uintptr(c.stream)) // drop the stuck collective if this CANN can
 			return hccl.Errorf(hccl.ErrTimeout, "the collective did not complete on the stream (HCCL does not say which rank is missing: look for the rank that did not reach this call)")
 		}
 		ms := min(left, 100*time.Millisecond).Milliseconds()
-		switch rc := C.npu_aclrtSynchronizeStreamWithTimeout(c.stream, C.int32_t(max(ms, 1))); rc {
-		case C.NPU_ACL_SUCCESS:
+		// A timeout's message was read (and so cleared) by acl's error,
+		// so a real failure later reports its own.
+		switch err := acl.SynchronizeStreamWithTimeout(uintptr(c.stream), int32(max(ms, 1))); acl.Code(err) {
+		case acl.Success:
 			return c.asyncError()
-		case C.NPU_ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, C.NPU_ACL_ERROR_RT_WAIT_TIMEOUT:
-			// Not done yet. Drop the runtime's message about this expected
-			// timeout so that a real failure later reports its own.
-			var scratch [256]C.char
-			C.npu_aclGetRecentErrMsg(&scratch[0], C.size_t(len(scratch)))
+		case acl.ErrStreamSyncTimed, acl.ErrWaitTimeout: // not done yet
 			continue
-		case C.NPU_SHIM_SYMBOL_MISSING: // old CANN: an unbounded wait, bounded by device.do
-			if rc := C.npu_aclrtSynchronizeStream(c.stream); rc != C.NPU_ACL_SUCCESS {
-				return aclError("aclrtSynchronizeStream", rc)
+		case acl.SymbolMissing: // old CANN: an unbounded wait, bounded by device.do
+			if err := acl.SynchronizeStream(uintptr(c.stream)); err != nil {
+				return err
 			}
 			return c.asyncError()
 		default:
-			return aclError("aclrtSynchronizeStreamWithTimeout", rc)
+			return err
 		}
 	}
 }
@@ -346,8 +345,8 @@ func (c *comm) Close() error {
 			herr = hcclError("HcclCommDestroy", rc)
 		}
 		if c.ownStream {
-			if rc := C.npu_aclrtDestroyStream(c.stream); rc != C.NPU_ACL_SUCCESS && herr == nil {
-				herr = aclError("aclrtDestroyStream", rc)
+			if err := acl.DestroyStream(uintptr(c.stream)); err != nil && herr == nil {
+				herr = err
 			}
 		}
 	})

@@ -12,10 +12,10 @@ import (
 	"runtime"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/npuserve/npuserve/hccl"
 	"github.com/npuserve/npuserve/npu"
+	"github.com/npuserve/npuserve/npu/ascend/acl"
 )
 
 // device owns one NPU for this process: a goroutine locked to the OS thread
@@ -62,16 +62,14 @@ func getDevice(id int) (*device, error) {
 func (d *device) loop(ready chan<- error) {
 	runtime.LockOSThread() // for good: the thread belongs to the device
 	aclOnce.Do(func() {
-		if rc := C.npu_aclInit(); rc != C.NPU_ACL_SUCCESS && rc != C.NPU_ACL_ERROR_REPEAT_INITIALIZE {
-			aclErr = aclError("aclInit", rc)
-		}
+		aclErr = acl.Init()
 	})
 	if aclErr != nil {
 		ready <- aclErr
 		return
 	}
-	if rc := C.npu_aclrtSetDevice(C.int32_t(d.id)); rc != C.NPU_ACL_SUCCESS {
-		ready <- fmt.Errorf("device %d: %w", d.id, aclError("aclrtSetDevice", rc))
+	if err := acl.SetDevice(d.id); err != nil {
+		ready <- fmt.Errorf("device %d: %w", d.id, err)
 		return
 	}
 	ready <- nil
@@ -109,32 +107,12 @@ func (d *device) do(what string, limit time.Duration, fn func()) error {
 	}
 }
 
-// aclError describes a failed ACL call with the runtime's own message. Call
-// it on the device thread right after the failure: the message is per
-// thread and cleared by reading.
-func aclError(what string, rc C.int) error {
-	var buf [1024]C.char
-	C.npu_aclGetRecentErrMsg(&buf[0], C.size_t(len(buf)))
-	msg := C.GoString(&buf[0])
-	if rc == C.NPU_SHIM_SYMBOL_MISSING {
-		return fmt.Errorf("%s: not in this CANN's libraries", what)
-	}
-	if msg != "" {
-		return fmt.Errorf("%s: ACL error %d: %s", what, int(rc), msg)
-	}
-	return fmt.Errorf("%s: ACL error %d", what, int(rc))
-}
-
 // DeviceCount is the number of NPUs this process sees.
 func DeviceCount() (int, error) {
 	if err := Available(); err != nil {
 		return 0, err
 	}
-	var n C.uint32_t
-	if rc := C.npu_aclrtGetDeviceCount(&n); rc != C.NPU_ACL_SUCCESS {
-		return 0, aclError("aclrtGetDeviceCount", rc)
-	}
-	return int(n), nil
+	return acl.DeviceCount()
 }
 
 // deviceOf is implemented by buffers that know their device, so a tensor
@@ -190,19 +168,17 @@ func (m *DeviceMemory) Alloc(dt npu.DType, shape ...int) (*npu.Tensor, error) {
 	n := int(n64)
 	b := &devBuffer{n: n, dev: m.dev.id}
 	err = m.run("aclrtMalloc", func() error {
-		var p C.uintptr_t
-		if rc := C.npu_aclrtMalloc(&p, C.size_t(max(n, 32))); rc != C.NPU_ACL_SUCCESS {
-			return aclError(fmt.Sprintf("aclrtMalloc(%d)", n), rc)
+		p, err := acl.Malloc(max(n, 32))
+		if err != nil {
+			return err
 		}
-		b.ptr = uintptr(p)
-		if rc := C.npu_aclrtMemset(p, C.size_t(max(n, 32)), 0, C.size_t(max(n, 32))); rc == C.NPU_SHIM_SYMBOL_MISSING {
-			zero := make([]byte, max(n, 32))
-			rc = C.npu_aclrtMemcpyToDevice(p, C.size_t(len(zero)), unsafe.Pointer(&zero[0]), C.size_t(len(zero)))
-			if rc != C.NPU_ACL_SUCCESS {
-				return aclError("aclrtMemcpy (zero fill)", rc)
+		b.ptr = p
+		if err := acl.Memset(p, max(n, 32), 0, max(n, 32)); acl.Code(err) == acl.SymbolMissing {
+			if err := acl.MemcpyToDevice(p, max(n, 32), make([]byte, max(n, 32))); err != nil {
+				return fmt.Errorf("zero fill: %w", err)
 			}
-		} else if rc != C.NPU_ACL_SUCCESS {
-			return aclError("aclrtMemset", rc)
+		} else if err != nil {
+			return err
 		}
 		return nil
 	})
@@ -235,10 +211,7 @@ func (m *DeviceMemory) Upload(dst *npu.Tensor, src []byte) error {
 		return nil
 	}
 	return m.run("aclrtMemcpy", func() error {
-		if rc := C.npu_aclrtMemcpyToDevice(C.uintptr_t(ptr), C.size_t(len(src)), unsafe.Pointer(&src[0]), C.size_t(len(src))); rc != C.NPU_ACL_SUCCESS {
-			return aclError("aclrtMemcpy host to device", rc)
-		}
-		return nil
+		return acl.MemcpyToDevice(ptr, len(src), src)
 	})
 }
 
@@ -252,10 +225,7 @@ func (m *DeviceMemory) Download(dst []byte, src *npu.Tensor) error {
 		return nil
 	}
 	return m.run("aclrtMemcpy", func() error {
-		if rc := C.npu_aclrtMemcpyToHost(unsafe.Pointer(&dst[0]), C.size_t(len(dst)), C.uintptr_t(ptr), C.size_t(len(dst))); rc != C.NPU_ACL_SUCCESS {
-			return aclError("aclrtMemcpy device to host", rc)
-		}
-		return nil
+		return acl.MemcpyToHost(dst, ptr)
 	})
 }
 
@@ -268,10 +238,7 @@ func (m *DeviceMemory) Free(t *npu.Tensor) {
 	ptr := b.ptr
 	b.ptr = 0
 	_ = m.run("aclrtFree", func() error {
-		if rc := C.npu_aclrtFree(C.uintptr_t(ptr)); rc != C.NPU_ACL_SUCCESS {
-			return aclError("aclrtFree", rc)
-		}
-		return nil
+		return acl.Free(ptr)
 	})
 }
 

@@ -1,7 +1,9 @@
 // Package ascend is the HCCL transport of package hccl: Huawei's collective
 // library on Ascend NPUs, called through cgo with a small C shim
-// (shim.c) that dlopens libascendcl.so and libhccl.so at run time and calls
-// them through function pointers. Nothing of CANN is needed to build:
+// (shim.c) that dlopens libhccl.so at run time and calls it through
+// function pointers. The ACL runtime (libascendcl.so: streams, memory)
+// comes from npu/ascend/acl, its one binding, shared with the Ascend
+// backend. Nothing of CANN is needed to build:
 // the few types used are declared in shim.h from the documented API. A
 // binary built with this package runs on machines without CANN; asking
 // for the transport there fails at start-up with the reason (Available).

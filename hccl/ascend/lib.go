@@ -10,6 +10,7 @@ package ascend
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/npuserve/npuserve/hccl"
+	"github.com/npuserve/npuserve/npu/ascend/acl"
 )
 
 var (
@@ -46,11 +48,20 @@ func Libraries() (acl, hcclLib, hcomm string) {
 
 func load() error {
 	dirs := SearchDirs()
-	acl := findLib("libascendcl.so", dirs)
+	aclPath := findLib("libascendcl.so", dirs)
 	hcl := findLib("libhccl.so", dirs)
 	hcomm := findLib("libhcomm.so", dirs)
-	cacl, chccl := C.CString(acl), C.CString(hcl)
-	defer C.free(unsafe.Pointer(cacl))
+	if err := acl.Load(aclPath); err != nil {
+		var le *acl.LoadError
+		switch {
+		case errors.As(err, &le) && le.TooOld:
+			return fmt.Errorf("hccl/ascend: %v: %w", err, hccl.ErrUnavailable)
+		case !filepath.IsAbs(hcl): // neither library is installed: name the one that matters
+			return notFound("libhccl.so", hcl, dirs, err.Error())
+		}
+		return notFound("libascendcl.so", aclPath, dirs, err.Error())
+	}
+	chccl := C.CString(hcl)
 	defer C.free(unsafe.Pointer(chccl))
 	var chcomm *C.char
 	if hcomm != "" {
@@ -58,19 +69,14 @@ func load() error {
 		defer C.free(unsafe.Pointer(chcomm))
 	}
 	var buf [2048]C.char
-	switch rc := C.npu_hccl_load(cacl, chccl, chcomm, &buf[0], C.size_t(len(buf))); rc {
+	switch rc := C.npu_hccl_load(chccl, chcomm, &buf[0], C.size_t(len(buf))); rc {
 	case 0:
-		loaded.acl, loaded.hccl, loaded.hcomm = acl, hcl, hcomm
+		loaded.acl, loaded.hccl, loaded.hcomm = acl.Path(), hcl, hcomm
 		return nil
-	case -1:
-		if !filepath.IsAbs(hcl) { // neither library is installed: name the one that matters
-			return notFound("libhccl.so", hcl, dirs, C.GoString(&buf[0]))
-		}
-		return notFound("libascendcl.so", acl, dirs, C.GoString(&buf[0]))
 	case -2:
 		return notFound("libhccl.so", hcl, dirs, C.GoString(&buf[0]))
 	default:
-		return fmt.Errorf("hccl/ascend: %s (%s) is too old or not CANN's: %s: %w", hcl, acl, C.GoString(&buf[0]), hccl.ErrUnavailable)
+		return fmt.Errorf("hccl/ascend: %s (%s) is too old or not CANN's: %s: %w", hcl, acl.Path(), C.GoString(&buf[0]), hccl.ErrUnavailable)
 	}
 }
 

@@ -24,20 +24,9 @@ _Static_assert(offsetof(npu_hccl_comm_config, qos) == 2228, "hcclQos");
 #endif
 
 // The foreign API: name, return type, parameters. X(required, ret, name, params)
+// The ACL runtime symbols are declared once, in npu/ascend/acl, which
+// loads libascendcl.so (RTLD_GLOBAL) before npu_hccl_load runs.
 #define NPU_API(X)                                                                                        \
-	X(1, int, aclInit, (const char *config))                                                           \
-	X(1, int, aclrtSetDevice, (int32_t device))                                                        \
-	X(0, int, aclrtGetDeviceCount, (uint32_t * count))                                                 \
-	X(1, int, aclrtCreateStream, (void **stream))                                                      \
-	X(1, int, aclrtDestroyStream, (void *stream))                                                      \
-	X(1, int, aclrtSynchronizeStream, (void *stream))                                                  \
-	X(0, int, aclrtSynchronizeStreamWithTimeout, (void *stream, int32_t timeout))                      \
-	X(0, int, aclrtStreamAbort, (void *stream))                                                        \
-	X(1, int, aclrtMalloc, (void **ptr, size_t size, int policy))                                      \
-	X(1, int, aclrtFree, (void *ptr))                                                                  \
-	X(1, int, aclrtMemcpy, (void *dst, size_t dst_max, const void *src, size_t count, int kind))       \
-	X(0, int, aclrtMemset, (void *ptr, size_t max, int32_t value, size_t count))                       \
-	X(0, const char *, aclGetRecentErrMsg, (void))                                                     \
 	X(1, int, HcclGetRootInfo, (npu_hccl_root_info * info))                                            \
 	X(1, int, HcclCommInitRootInfo, (uint32_t n, const npu_hccl_root_info *info, uint32_t rank, void **comm)) \
 	X(0, int, HcclCommInitRootInfoConfig,                                                              \
@@ -66,13 +55,13 @@ _Static_assert(offsetof(npu_hccl_comm_config, qos) == 2228, "hcclQos");
 #define NPU_DECLARE(req, ret, name, params) static ret(*p_##name) params;
 NPU_API(NPU_DECLARE)
 
-static void *h_acl, *h_hccl, *h_hcomm;
+static void *h_hccl, *h_hcomm;
 
 // resolve looks a symbol up in the libraries, HCCL's comm-management split
 // (libhcomm.so, CANN 9.x) included.
 static void *resolve(const char *name) {
-	void *handles[3] = {h_acl, h_hccl, h_hcomm};
-	for (int i = 0; i < 3; i++) {
+	void *handles[2] = {h_hccl, h_hcomm};
+	for (int i = 0; i < 2; i++) {
 		if (handles[i] != NULL) {
 			void *p = dlsym(handles[i], name);
 			if (p != NULL) {
@@ -83,12 +72,7 @@ static void *resolve(const char *name) {
 	return NULL;
 }
 
-int npu_hccl_load(const char *acl_path, const char *hccl_path, const char *hcomm_path, char *err, size_t errlen) {
-	h_acl = dlopen(acl_path, RTLD_NOW | RTLD_GLOBAL);
-	if (h_acl == NULL) {
-		snprintf(err, errlen, "%s", dlerror());
-		return -1;
-	}
+int npu_hccl_load(const char *hccl_path, const char *hcomm_path, char *err, size_t errlen) {
 	h_hccl = dlopen(hccl_path, RTLD_NOW | RTLD_GLOBAL);
 	if (h_hccl == NULL) {
 		snprintf(err, errlen, "%s", dlerror());
@@ -120,55 +104,6 @@ int npu_hccl_has(const char *name) {
 // CALL returns NPU_SHIM_SYMBOL_MISSING when an optional symbol is absent.
 #define CALL(name, ...) return p_##name == NULL ? NPU_SHIM_SYMBOL_MISSING : p_##name(__VA_ARGS__)
 #define P(x) ((void *)(x))
-
-int npu_aclInit(void) { CALL(aclInit, NULL); }
-int npu_aclrtSetDevice(int32_t device) { CALL(aclrtSetDevice, device); }
-int npu_aclrtGetDeviceCount(uint32_t *count) { CALL(aclrtGetDeviceCount, count); }
-
-int npu_aclrtCreateStream(uintptr_t *stream) {
-	void *s = NULL;
-	int ret = p_aclrtCreateStream == NULL ? NPU_SHIM_SYMBOL_MISSING : p_aclrtCreateStream(&s);
-	*stream = (uintptr_t)s;
-	return ret;
-}
-
-int npu_aclrtDestroyStream(uintptr_t stream) { CALL(aclrtDestroyStream, P(stream)); }
-int npu_aclrtSynchronizeStream(uintptr_t stream) { CALL(aclrtSynchronizeStream, P(stream)); }
-int npu_aclrtSynchronizeStreamWithTimeout(uintptr_t stream, int32_t timeout_ms) {
-	CALL(aclrtSynchronizeStreamWithTimeout, P(stream), timeout_ms);
-}
-int npu_aclrtStreamAbort(uintptr_t stream) { CALL(aclrtStreamAbort, P(stream)); }
-
-int npu_aclrtMalloc(uintptr_t *ptr, size_t size) {
-	void *p = NULL;
-	// ACL_MEM_MALLOC_HUGE_FIRST (0): 2 MB pages when the size allows.
-	int ret = p_aclrtMalloc == NULL ? NPU_SHIM_SYMBOL_MISSING : p_aclrtMalloc(&p, size, 0);
-	*ptr = (uintptr_t)p;
-	return ret;
-}
-
-int npu_aclrtFree(uintptr_t ptr) { CALL(aclrtFree, P(ptr)); }
-
-// aclrtMemcpyKind: ACL_MEMCPY_HOST_TO_DEVICE = 1, DEVICE_TO_HOST = 2.
-int npu_aclrtMemcpyToDevice(uintptr_t dst, size_t dst_max, const void *src, size_t count) {
-	CALL(aclrtMemcpy, P(dst), dst_max, src, count, 1);
-}
-int npu_aclrtMemcpyToHost(void *dst, size_t dst_max, uintptr_t src, size_t count) {
-	CALL(aclrtMemcpy, dst, dst_max, P(src), count, 2);
-}
-int npu_aclrtMemset(uintptr_t ptr, size_t max, int32_t value, size_t count) {
-	CALL(aclrtMemset, P(ptr), max, value, count);
-}
-
-void npu_aclGetRecentErrMsg(char *buf, size_t len) {
-	buf[0] = '\0';
-	if (p_aclGetRecentErrMsg != NULL) {
-		const char *msg = p_aclGetRecentErrMsg();
-		if (msg != NULL) {
-			snprintf(buf, len, "%s", msg);
-		}
-	}
-}
 
 int npu_HcclGetRootInfo(npu_hccl_root_info *info) { CALL(HcclGetRootInfo, info); }
 

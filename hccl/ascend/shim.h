@@ -42,39 +42,16 @@ typedef struct {
 	uint32_t qos;                // hcclQos
 } npu_hccl_comm_config;
 
-// Error codes we act on (acl_base.h, rt_error_codes.h, hccl_types.h).
-#define NPU_ACL_SUCCESS 0
-#define NPU_ACL_ERROR_REPEAT_INITIALIZE 100002
-#define NPU_ACL_ERROR_RT_WAIT_TIMEOUT 107019
-#define NPU_ACL_ERROR_RT_STREAM_SYNC_TIMEOUT 507046
 #define NPU_SHIM_SYMBOL_MISSING -99998 // an optional symbol this CANN lacks
 
-// npu_hccl_load dlopens the three libraries (hcomm may be NULL) and fills
-// the function table. It returns 0, or with a message in err: -1 when
-// libascendcl does not load, -2 when libhccl does not, -3 when required
-// symbols are missing.
-int npu_hccl_load(const char *acl_path, const char *hccl_path, const char *hcomm_path, char *err, size_t errlen);
+// npu_hccl_load dlopens libhccl and libhcomm (hcomm may be NULL; the ACL
+// runtime is loaded first by npu/ascend/acl) and fills the function table.
+// It returns 0, or with a message in err: -2 when libhccl does not load,
+// -3 when required symbols are missing.
+int npu_hccl_load(const char *hccl_path, const char *hcomm_path, char *err, size_t errlen);
 
 // npu_hccl_has reports whether an optional symbol was found.
 int npu_hccl_has(const char *name);
-
-// ACL runtime.
-int npu_aclInit(void);
-int npu_aclrtSetDevice(int32_t device);
-int npu_aclrtGetDeviceCount(uint32_t *count);
-int npu_aclrtCreateStream(uintptr_t *stream);
-int npu_aclrtDestroyStream(uintptr_t stream);
-int npu_aclrtSynchronizeStream(uintptr_t stream);
-int npu_aclrtSynchronizeStreamWithTimeout(uintptr_t stream, int32_t timeout_ms);
-int npu_aclrtStreamAbort(uintptr_t stream);
-int npu_aclrtMalloc(uintptr_t *ptr, size_t size);
-int npu_aclrtFree(uintptr_t ptr);
-int npu_aclrtMemcpyToDevice(uintptr_t dst, size_t dst_max, const void *src, size_t count);
-int npu_aclrtMemcpyToHost(void *dst, size_t dst_max, uintptr_t src, size_t count);
-int npu_aclrtMemset(uintptr_t ptr, size_t max, int32_t value, size_t count);
-// npu_aclGetRecentErrMsg copies the thread's last ACL error message (and
-// clears it); empty when there is none or the symbol is missing.
-void npu_aclGetRecentErrMsg(char *buf, size_t len);
 
 // HCCL.
 int npu_HcclGetRootInfo(npu_hccl_root_info *info);

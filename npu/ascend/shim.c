@@ -1,0 +1,128 @@
+//go:build cgo
+
+// Loader and wrappers for aclnn; see shim.h. Each foreign symbol is
+// declared once, here.
+#include "shim.h"
+
+#include <dlfcn.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef void *T; // aclTensor*, aclScalar*, aclOpExecutor*
+
+// libnnopbase (OPBASE acl_meta.h).
+static T (*p_aclCreateTensor)(const int64_t *viewDims, uint64_t n, int dtype, const int64_t *stride, int64_t offset, int format,
+			      const int64_t *storageDims, uint64_t ns, void *data);
+static int (*p_aclDestroyTensor)(T);
+static T (*p_aclCreateScalar)(void *value, int dtype);
+static int (*p_aclDestroyScalar)(T);
+
+// Phase 2 of every operator: (workspace, size, executor, stream).
+typedef int (*run_fn)(void *, uint64_t, T, void *);
+
+// Phase 1 signatures (ascend-api.md §4.1, §4.6; aclnnAdd/Mul/Muls/
+// InplaceFillScalar/Silu from the CANN aclnn reference).
+typedef int (*copy_fn)(T, T, uint64_t *, T *);
+typedef int (*cast_fn)(T, int, T, uint64_t *, T *);
+typedef int (*add_fn)(T, T, T, T, uint64_t *, T *);
+typedef int (*bin_fn)(T, T, T, uint64_t *, T *);
+typedef int (*mm_fn)(T, T, T, int8_t, uint64_t *, T *);
+typedef int (*rms_fn)(T, T, double, T, T, uint64_t *, T *);
+typedef int (*sm_fn)(T, int64_t, T, uint64_t *, T *);
+
+static const char *op_names[NPU_OP_COUNT] = {
+	[NPU_OP_INPLACE_COPY] = "aclnnInplaceCopy", [NPU_OP_CAST] = "aclnnCast",       [NPU_OP_FILL_SCALAR] = "aclnnInplaceFillScalar",
+	[NPU_OP_ADD] = "aclnnAdd",                  [NPU_OP_MUL] = "aclnnMul",         [NPU_OP_MULS] = "aclnnMuls",
+	[NPU_OP_MATMUL] = "aclnnMatmul",            [NPU_OP_RMS_NORM] = "aclnnRmsNorm", [NPU_OP_SOFTMAX] = "aclnnSoftmax",
+	[NPU_OP_SIGMOID] = "aclnnSigmoid",          [NPU_OP_SILU] = "aclnnSilu",
+};
+static void *phase1[NPU_OP_COUNT];
+static run_fn phase2[NPU_OP_COUNT];
+static int op_lib[NPU_OP_COUNT];
+
+int npu_aclnn_load(const char *nnopbase, const char *const *opapi, int n, char *err, size_t errlen) {
+	void *h = dlopen(nnopbase, RTLD_NOW | RTLD_GLOBAL);
+	if (h == NULL) {
+		snprintf(err, errlen, "%s", dlerror());
+		return -1;
+	}
+	p_aclCreateTensor = dlsym(h, "aclCreateTensor");
+	p_aclDestroyTensor = dlsym(h, "aclDestroyTensor");
+	p_aclCreateScalar = dlsym(h, "aclCreateScalar");
+	p_aclDestroyScalar = dlsym(h, "aclDestroyScalar");
+	if (!p_aclCreateTensor || !p_aclDestroyTensor || !p_aclCreateScalar || !p_aclDestroyScalar) {
+		snprintf(err, errlen, "%s lacks aclCreateTensor/aclDestroyTensor/aclCreateScalar/aclDestroyScalar", nnopbase);
+		return -3;
+	}
+	err[0] = '\0';
+	for (int op = 0; op < NPU_OP_COUNT; op++) {
+		op_lib[op] = -1;
+	}
+	for (int i = 0; i < n; i++) {
+		void *lib = dlopen(opapi[i], RTLD_LAZY | RTLD_GLOBAL);
+		if (lib == NULL) {
+			continue;
+		}
+		for (int op = 0; op < NPU_OP_COUNT; op++) {
+			if (op_lib[op] >= 0) {
+				continue;
+			}
+			char name[128];
+			snprintf(name, sizeof name, "%sGetWorkspaceSize", op_names[op]);
+			void *p1 = dlsym(lib, name), *p2 = dlsym(lib, op_names[op]);
+			if (p1 != NULL && p2 != NULL) { // both halves, as torch_npu checks
+				phase1[op] = p1;
+				phase2[op] = (run_fn)p2;
+				op_lib[op] = i;
+			}
+		}
+	}
+	return 0;
+}
+
+int npu_aclnn_op_lib(int op) { return op >= 0 && op < NPU_OP_COUNT ? op_lib[op] : -1; }
+const char *npu_aclnn_op_name(int op) { return op >= 0 && op < NPU_OP_COUNT ? op_names[op] : "?"; }
+
+// ACL_FORMAT_ND = 2: every tensor we pass is a plain row-major view.
+uintptr_t npu_tensor(const int64_t *dims, uint64_t nd, int dtype, const int64_t *strides, int64_t offset, int64_t storage, uintptr_t data) {
+	return (uintptr_t)p_aclCreateTensor(dims, nd, dtype, strides, offset, 2, &storage, 1, (void *)data);
+}
+int npu_destroy_tensor(uintptr_t t) { return p_aclDestroyTensor((T)t); }
+uintptr_t npu_scalar_f32(float v) { return (uintptr_t)p_aclCreateScalar(&v, 0); }
+int npu_destroy_scalar(uintptr_t s) { return p_aclDestroyScalar((T)s); }
+
+#define P1(op, type, ...)                                                        \
+	if (phase1[op] == NULL) {                                                \
+		return NPU_ACLNN_SYMBOL_MISSING;                                 \
+	}                                                                        \
+	T e = NULL;                                                              \
+	int rc = ((type)phase1[op])(__VA_ARGS__, ws, &e);                        \
+	*ex = (uintptr_t)e;                                                      \
+	return rc
+#define A(x) ((T)(x))
+
+int npu_inplace_copy(uintptr_t self, uintptr_t src, uint64_t *ws, uintptr_t *ex) { P1(NPU_OP_INPLACE_COPY, copy_fn, A(self), A(src)); }
+int npu_cast(uintptr_t self, int dtype, uintptr_t out, uint64_t *ws, uintptr_t *ex) { P1(NPU_OP_CAST, cast_fn, A(self), dtype, A(out)); }
+int npu_fill_scalar(uintptr_t self, uintptr_t value, uint64_t *ws, uintptr_t *ex) { P1(NPU_OP_FILL_SCALAR, copy_fn, A(self), A(value)); }
+int npu_add(uintptr_t self, uintptr_t other, uintptr_t alpha, uintptr_t out, uint64_t *ws, uintptr_t *ex) {
+	P1(NPU_OP_ADD, add_fn, A(self), A(other), A(alpha), A(out));
+}
+int npu_mul(uintptr_t self, uintptr_t other, uintptr_t out, uint64_t *ws, uintptr_t *ex) { P1(NPU_OP_MUL, bin_fn, A(self), A(other), A(out)); }
+int npu_muls(uintptr_t self, uintptr_t other, uintptr_t out, uint64_t *ws, uintptr_t *ex) { P1(NPU_OP_MULS, bin_fn, A(self), A(other), A(out)); }
+int npu_matmul(uintptr_t self, uintptr_t mat2, uintptr_t out, int8_t cube_math, uint64_t *ws, uintptr_t *ex) {
+	P1(NPU_OP_MATMUL, mm_fn, A(self), A(mat2), A(out), cube_math);
+}
+int npu_rms_norm(uintptr_t x, uintptr_t gamma, double eps, uintptr_t y, uintptr_t rstd, uint64_t *ws, uintptr_t *ex) {
+	P1(NPU_OP_RMS_NORM, rms_fn, A(x), A(gamma), eps, A(y), A(rstd));
+}
+int npu_softmax(uintptr_t self, int64_t dim, uintptr_t out, uint64_t *ws, uintptr_t *ex) { P1(NPU_OP_SOFTMAX, sm_fn, A(self), dim, A(out)); }
+int npu_sigmoid(uintptr_t self, uintptr_t out, uint64_t *ws, uintptr_t *ex) { P1(NPU_OP_SIGMOID, copy_fn, A(self), A(out)); }
+int npu_silu(uintptr_t self, uintptr_t out, uint64_t *ws, uintptr_t *ex) { P1(NPU_OP_SILU, copy_fn, A(self), A(out)); }
+
+int npu_aclnn_run(int op, uintptr_t workspace, uint64_t size, uintptr_t executor, uintptr_t stream) {
+	if (op < 0 || op >= NPU_OP_COUNT || phase2[op] == NULL) {
+		return NPU_ACLNN_SYMBOL_MISSING;
+	}
+	return phase2[op]((void *)workspace, size, (T)executor, (void *)stream);
+}

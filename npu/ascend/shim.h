@@ -1,0 +1,60 @@
+// C side of the aclnn binding: libnnopbase.so (descriptors) and the aclnn
+// operator libraries are dlopened at run time and called through function
+// pointers declared once, in shim.c, from the public API (ascend-api.md
+// §3-4). The ACL runtime is npu/ascend/acl's. Descriptors, executors,
+// streams and device addresses cross into Go as uintptr_t.
+#ifndef NPUSERVE_ACLNN_SHIM_H
+#define NPUSERVE_ACLNN_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define NPU_ACLNN_SYMBOL_MISSING -99998
+
+// Operator ids (index of the op in the shim's table).
+enum {
+	NPU_OP_INPLACE_COPY,
+	NPU_OP_CAST,
+	NPU_OP_FILL_SCALAR,
+	NPU_OP_ADD,
+	NPU_OP_MUL,
+	NPU_OP_MULS,
+	NPU_OP_MATMUL,
+	NPU_OP_RMS_NORM,
+	NPU_OP_SOFTMAX,
+	NPU_OP_SIGMOID,
+	NPU_OP_SILU,
+	NPU_OP_COUNT
+};
+
+// npu_aclnn_load dlopens libnnopbase (path) and resolves each operator's
+// two halves in the first of the n operator libraries (in order) that has
+// both. Returns 0, -1 (nnopbase does not load) or -3 (missing nnopbase
+// symbols); the reason is in err. Operators found nowhere stay missing.
+int npu_aclnn_load(const char *nnopbase, const char *const *opapi, int n, char *err, size_t errlen);
+// npu_aclnn_op_lib is the index of the library op was found in, -1 if none.
+int npu_aclnn_op_lib(int op);
+const char *npu_aclnn_op_name(int op);
+
+uintptr_t npu_tensor(const int64_t *dims, uint64_t nd, int dtype, const int64_t *strides, int64_t offset, int64_t storage, uintptr_t data);
+int npu_destroy_tensor(uintptr_t t);
+uintptr_t npu_scalar_f32(float v);
+int npu_destroy_scalar(uintptr_t s);
+
+// Phase 1 of each operator (ws, ex: outputs).
+int npu_inplace_copy(uintptr_t self, uintptr_t src, uint64_t *ws, uintptr_t *ex);
+int npu_cast(uintptr_t self, int dtype, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+int npu_fill_scalar(uintptr_t self, uintptr_t value, uint64_t *ws, uintptr_t *ex);
+int npu_add(uintptr_t self, uintptr_t other, uintptr_t alpha, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+int npu_mul(uintptr_t self, uintptr_t other, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+int npu_muls(uintptr_t self, uintptr_t other, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+int npu_matmul(uintptr_t self, uintptr_t mat2, uintptr_t out, int8_t cube_math, uint64_t *ws, uintptr_t *ex);
+int npu_rms_norm(uintptr_t x, uintptr_t gamma, double eps, uintptr_t y, uintptr_t rstd, uint64_t *ws, uintptr_t *ex);
+int npu_softmax(uintptr_t self, int64_t dim, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+int npu_sigmoid(uintptr_t self, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+int npu_silu(uintptr_t self, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+
+// Phase 2, the same signature for every operator.
+int npu_aclnn_run(int op, uintptr_t workspace, uint64_t size, uintptr_t executor, uintptr_t stream);
+
+#endif

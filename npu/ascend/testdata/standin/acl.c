@@ -1,0 +1,703 @@
+// STAND-IN CANN (test double): libascendcl.so. Device memory is host RAM,
+// each stream is an ordered queue run by its own thread, and queued work
+// runs only once someone waits for it (a stream or event sync, or a
+// stream waiting on an event): so an op's effects are invisible to the
+// host before a sync, as on a device. See standin.h for the error rules.
+//
+// Environment: STANDIN_DEVICES (default 2), STANDIN_HBM_BYTES (device
+// memory per device, default 256 MiB), STANDIN_SOC (aclrtGetSocName,
+// default Ascend910B3).
+#define _GNU_SOURCE
+#include "standin.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CTX_MAGIC 0xc0c0c0c0u
+#define STREAM_MAGIC 0x5e5e5e5eu
+#define EVENT_MAGIC 0xe7e7e7e7u
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_init;
+static char g_violation[2048];
+
+static __thread char t_err[2048];
+static __thread char t_err_out[2048];
+
+typedef struct ctx {
+	uint32_t magic;
+	int device, is_default;
+} ctx;
+static __thread ctx *t_ctx;
+
+#define MAX_DEV 16
+static ctx *g_default[MAX_DEV];
+static int g_setcount[MAX_DEV];
+static size_t g_used[MAX_DEV];
+
+typedef struct alloc {
+	char *p;
+	size_t n;
+	int device;
+	struct alloc *next;
+} alloc;
+static alloc *g_allocs;
+
+static int env_int(const char *name, long long def, long long *out) {
+	const char *v = getenv(name);
+	*out = v && *v ? atoll(v) : def;
+	return 0;
+}
+static int ndevices(void) {
+	long long n;
+	env_int("STANDIN_DEVICES", 2, &n);
+	return n < 1 ? 1 : n > MAX_DEV ? MAX_DEV : (int)n;
+}
+static size_t hbm_total(void) {
+	long long n;
+	env_int("STANDIN_HBM_BYTES", 256ll << 20, &n);
+	return (size_t)n;
+}
+
+static void set_err(const char *fmt, va_list ap) { vsnprintf(t_err, sizeof t_err, fmt, ap); }
+static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(int code, const char *fmt, ...) {
+	va_list ap;
+	va_start(ap, fmt);
+	set_err(fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+STANDIN_EXPORT int standin_violation(int code, const char *rule, const char *fmt, ...) {
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	snprintf(t_err, sizeof t_err, "stand-in: rule %s: %s (error %d)", rule, msg, code);
+	pthread_mutex_lock(&g_mu);
+	snprintf(g_violation, sizeof g_violation, "%s", t_err);
+	pthread_mutex_unlock(&g_mu);
+	return code;
+}
+
+STANDIN_EXPORT const char *standinLastViolation(void) {
+	static __thread char out[2048];
+	pthread_mutex_lock(&g_mu);
+	snprintf(out, sizeof out, "%s", g_violation);
+	pthread_mutex_unlock(&g_mu);
+	return out;
+}
+
+STANDIN_EXPORT void standinClearViolation(void) {
+	pthread_mutex_lock(&g_mu);
+	g_violation[0] = '\0';
+	pthread_mutex_unlock(&g_mu);
+}
+
+STANDIN_EXPORT void *standin_current_ctx(void) { return t_ctx; }
+
+const char *aclGetRecentErrMsg(void) {
+	if (t_err[0] == '\0') {
+		return NULL;
+	}
+	snprintf(t_err_out, sizeof t_err_out, "%s", t_err);
+	t_err[0] = '\0';
+	return t_err_out;
+}
+
+#define NEED_INIT()                                                                                    \
+	if (!g_init)                                                                                   \
+	return standin_violation(ACL_ERROR_UNINITIALIZE, "init-first", "%s called before aclInit", __func__)
+#define NEED_CTX()                                                                                     \
+	if (t_ctx == NULL)                                                                             \
+	return standin_violation(ACL_ERROR_RT_CONTEXT_NULL, "context-on-thread",                       \
+				 "%s on a thread without a current context (aclrtSetDevice or "         \
+				 "aclrtSetCurrentContext first)", __func__)
+
+int aclInit(const char *config) {
+	(void)config;
+	pthread_mutex_lock(&g_mu);
+	int again = g_init++;
+	pthread_mutex_unlock(&g_mu);
+	return again ? ACL_ERROR_REPEAT_INITIALIZE : 0;
+}
+
+int aclFinalize(void) {
+	NEED_INIT();
+	g_init = 0;
+	return 0;
+}
+
+int aclrtGetDeviceCount(uint32_t *count) {
+	NEED_INIT();
+	if (count == NULL) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "non-null-out", "aclrtGetDeviceCount(NULL)");
+	}
+	*count = (uint32_t)ndevices();
+	return 0;
+}
+
+int aclrtSetDevice(int32_t dev) {
+	NEED_INIT();
+	if (dev < 0 || dev >= ndevices()) {
+		return standin_violation(ACL_ERROR_RT_INVALID_DEVICEID, "device-id", "aclrtSetDevice(%d) of %d devices", dev, ndevices());
+	}
+	pthread_mutex_lock(&g_mu);
+	if (g_default[dev] == NULL) {
+		g_default[dev] = calloc(1, sizeof(ctx));
+		g_default[dev]->magic = CTX_MAGIC;
+		g_default[dev]->device = dev;
+		g_default[dev]->is_default = 1;
+	}
+	g_setcount[dev]++;
+	t_ctx = g_default[dev];
+	pthread_mutex_unlock(&g_mu);
+	return 0;
+}
+
+int aclrtResetDevice(int32_t dev) {
+	NEED_INIT();
+	if (dev < 0 || dev >= ndevices() || g_setcount[dev] == 0) {
+		return standin_violation(ACL_ERROR_RT_INVALID_DEVICEID, "reset-set-device", "aclrtResetDevice(%d) without aclrtSetDevice", dev);
+	}
+	pthread_mutex_lock(&g_mu);
+	g_setcount[dev]--;
+	pthread_mutex_unlock(&g_mu);
+	if (t_ctx != NULL && t_ctx->device == dev) {
+		t_ctx = NULL;
+	}
+	return 0;
+}
+
+static int ctx_ok(ctx *c) { return c != NULL && c->magic == CTX_MAGIC; }
+
+int aclrtCreateContext(void **out, int32_t dev) {
+	NEED_INIT();
+	if (dev < 0 || dev >= ndevices()) {
+		return standin_violation(ACL_ERROR_RT_INVALID_DEVICEID, "device-id", "aclrtCreateContext on device %d of %d", dev, ndevices());
+	}
+	ctx *c = calloc(1, sizeof(ctx));
+	c->magic = CTX_MAGIC;
+	c->device = dev;
+	t_ctx = c;
+	*out = c;
+	return 0;
+}
+
+int aclrtDestroyContext(void *p) {
+	ctx *c = p;
+	if (!ctx_ok(c)) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "live-context", "aclrtDestroyContext of %p, not a live context", p);
+	}
+	if (c->is_default) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "keep-default-context", "the default context of device %d must not be destroyed", c->device);
+	}
+	if (t_ctx == c) {
+		t_ctx = NULL;
+	}
+	c->magic = 0;
+	free(c);
+	return 0;
+}
+
+int aclrtSetCurrentContext(void *p) {
+	if (!ctx_ok(p)) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "live-context", "aclrtSetCurrentContext(%p), not a live context", p);
+	}
+	t_ctx = p;
+	return 0;
+}
+
+int aclrtGetCurrentContext(void **out) {
+	NEED_CTX();
+	*out = t_ctx;
+	return 0;
+}
+
+// ---- memory ----
+
+static alloc *find_alloc(const void *p, size_t n) {
+	for (alloc *a = g_allocs; a != NULL; a = a->next) {
+		if ((const char *)p >= a->p && (const char *)p + n <= a->p + a->n) {
+			return a;
+		}
+	}
+	return NULL;
+}
+
+STANDIN_EXPORT int standin_dev_range(const void *p, size_t n) {
+	pthread_mutex_lock(&g_mu);
+	int ok = p != NULL && find_alloc(p, n) != NULL;
+	pthread_mutex_unlock(&g_mu);
+	return ok;
+}
+
+int aclrtMalloc(void **out, size_t size, int policy) {
+	NEED_INIT();
+	NEED_CTX();
+	if (out == NULL || size == 0) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "malloc-args", "aclrtMalloc(%p, %zu): size must be > 0", (void *)out, size);
+	}
+	if (policy < 0 || policy > 7) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "malloc-policy", "aclrtMalloc policy %d", policy);
+	}
+	// A2/A3: rounded up to 32 bytes plus 32; start 64-byte aligned.
+	size_t n = (size + 31) / 32 * 32 + 32;
+	int dev = t_ctx->device;
+	pthread_mutex_lock(&g_mu);
+	if (g_used[dev] + n > hbm_total()) {
+		size_t freeb = hbm_total() - g_used[dev];
+		pthread_mutex_unlock(&g_mu);
+		return fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "EL0004: Failed to allocate memory. %zu bytes requested, %zu free on device %d", size, freeb, dev);
+	}
+	char *p = aligned_alloc(64, (n + 63) / 64 * 64);
+	if (p == NULL) {
+		pthread_mutex_unlock(&g_mu);
+		return fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "host out of memory");
+	}
+	memset(p, 0xa5, n); // device memory is not zeroed
+	alloc *a = malloc(sizeof *a);
+	*a = (alloc){p, n, dev, g_allocs};
+	g_allocs = a;
+	g_used[dev] += n;
+	pthread_mutex_unlock(&g_mu);
+	*out = p;
+	return 0;
+}
+
+int aclrtFree(void *p) {
+	NEED_INIT();
+	pthread_mutex_lock(&g_mu);
+	for (alloc **pa = &g_allocs; *pa != NULL; pa = &(*pa)->next) {
+		if ((*pa)->p == p) {
+			alloc *a = *pa;
+			*pa = a->next;
+			g_used[a->device] -= a->n;
+			pthread_mutex_unlock(&g_mu);
+			memset(a->p, 0xdd, a->n);
+			free(a->p);
+			free(a);
+			return 0;
+		}
+	}
+	pthread_mutex_unlock(&g_mu);
+	return standin_violation(ACL_ERROR_INVALID_PARAM, "free-live-allocation", "aclrtFree(%p): not the start of a live aclrtMalloc allocation", p);
+}
+
+int aclrtMallocHost(void **out, size_t size) {
+	NEED_INIT();
+	*out = malloc(size ? size : 1);
+	return 0;
+}
+
+int aclrtFreeHost(void *p) {
+	free(p);
+	return 0;
+}
+
+int aclrtGetMemInfo(int attr, size_t *freeb, size_t *total) {
+	NEED_INIT();
+	NEED_CTX();
+	if (attr < 0 || attr > 11 || freeb == NULL || total == NULL) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "meminfo-args", "aclrtGetMemInfo(attr %d)", attr);
+	}
+	pthread_mutex_lock(&g_mu);
+	*total = hbm_total();
+	*freeb = hbm_total() - g_used[t_ctx->device];
+	pthread_mutex_unlock(&g_mu);
+	return 0;
+}
+
+const char *aclrtGetSocName(void) {
+	const char *s = getenv("STANDIN_SOC");
+	return s && *s ? s : "Ascend910B3";
+}
+
+// check_copy validates a copy of count bytes of kind (aclrtMemcpyKind).
+static int check_copy(const char *who, void *dst, size_t dmax, const void *src, size_t count, int kind) {
+	if (count > dmax) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "copy-fits", "%s: count %zu > destMax %zu", who, count, dmax);
+	}
+	int ddev = standin_dev_range(dst, count), sdev = standin_dev_range(src, count);
+	int want_d = kind == 1 || kind == 3, want_s = kind == 2 || kind == 3;
+	if (kind < 1 || kind > 3) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "copy-kind", "%s: kind %d not supported by the stand-in", who, kind);
+	}
+	if (ddev != want_d || sdev != want_s) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "copy-kind-matches-memory",
+					 "%s kind %d: destination %s device memory, source %s device memory (count %zu)", who, kind,
+					 ddev ? "is" : "is not", sdev ? "is" : "is not", count);
+	}
+	return 0;
+}
+
+int aclrtMemcpy(void *dst, size_t dmax, const void *src, size_t count, int kind) {
+	NEED_INIT();
+	NEED_CTX();
+	int rc = check_copy("aclrtMemcpy", dst, dmax, src, count, kind);
+	if (rc == 0) {
+		memcpy(dst, src, count);
+	}
+	return rc;
+}
+
+int aclrtMemset(void *p, size_t max, int32_t value, size_t count) {
+	NEED_INIT();
+	NEED_CTX();
+	if (count > max || !standin_dev_range(p, count)) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "memset-device-range", "aclrtMemset(%p, max %zu, count %zu)", p, max, count);
+	}
+	memset(p, value, count);
+	return 0;
+}
+
+// ---- streams ----
+
+typedef struct task {
+	int (*fn)(void *);
+	void *arg;
+	void (*done)(void *);
+	uint64_t seq;
+	struct task *next;
+} task;
+
+typedef struct stream {
+	uint32_t magic;
+	ctx *owner;
+	pthread_t th;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	task *head, *tail;
+	uint64_t enq, released, executed;
+	int stop;
+	int err;
+	char errmsg[1024];
+} stream;
+
+static __thread stream *t_running; // the stream whose task this thread runs
+
+STANDIN_EXPORT void standin_stream_fail(const char *rule, const char *msg) {
+	stream *s = t_running;
+	if (s != NULL && s->err == 0) {
+		s->err = ACL_ERROR_RT_AICORE_EXCEPTION;
+		snprintf(s->errmsg, sizeof s->errmsg, "stand-in: rule %s: %s (error %d)", rule, msg, ACL_ERROR_RT_AICORE_EXCEPTION);
+		pthread_mutex_lock(&g_mu);
+		snprintf(g_violation, sizeof g_violation, "%s", s->errmsg);
+		pthread_mutex_unlock(&g_mu);
+	}
+}
+
+static void *stream_main(void *p) {
+	stream *s = p;
+	t_running = s;
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		while (!s->stop && (s->head == NULL || s->head->seq > s->released)) {
+			pthread_cond_wait(&s->cv, &s->mu);
+		}
+		if (s->head == NULL && s->stop) {
+			break;
+		}
+		if (s->head == NULL || s->head->seq > s->released) {
+			continue;
+		}
+		task *t = s->head;
+		s->head = t->next;
+		if (s->head == NULL) {
+			s->tail = NULL;
+		}
+		int skip = s->err != 0;
+		pthread_mutex_unlock(&s->mu);
+		if (!skip && t->fn != NULL) {
+			int rc = t->fn(t->arg);
+			if (rc != 0 && s->err == 0) {
+				s->err = rc;
+				snprintf(s->errmsg, sizeof s->errmsg, "stand-in: a task failed with %d", rc);
+			}
+		}
+		if (t->done != NULL) {
+			t->done(t->arg);
+		}
+		pthread_mutex_lock(&s->mu);
+		s->executed = t->seq;
+		free(t);
+		pthread_cond_broadcast(&s->cv);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+static int stream_live(stream *s) { return s != NULL && s->magic == STREAM_MAGIC; }
+
+STANDIN_EXPORT int standin_stream_ok(void *p, const char *who) {
+	stream *s = p;
+	if (t_ctx == NULL) {
+		return standin_violation(ACL_ERROR_RT_CONTEXT_NULL, "context-on-thread", "%s on a thread without a current context", who);
+	}
+	if (p == NULL) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "explicit-stream", "%s on the default (NULL) stream: the stand-in wants the backend's own stream", who);
+	}
+	if (!stream_live(s)) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "live-stream", "%s on %p, not a live stream", who, p);
+	}
+	if (s->owner->device != t_ctx->device) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "stream-of-current-context",
+					 "%s: stream of device %d used from a thread whose context is on device %d", who, s->owner->device, t_ctx->device);
+	}
+	return 0;
+}
+
+STANDIN_EXPORT int standin_enqueue(void *p, int (*fn)(void *), void *arg, void (*done)(void *)) {
+	stream *s = p;
+	task *t = calloc(1, sizeof *t);
+	t->fn = fn;
+	t->arg = arg;
+	t->done = done;
+	pthread_mutex_lock(&s->mu);
+	t->seq = ++s->enq;
+	if (s->tail) {
+		s->tail->next = t;
+	} else {
+		s->head = t;
+	}
+	s->tail = t;
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+int aclrtCreateStream(void **out) {
+	NEED_INIT();
+	NEED_CTX();
+	stream *s = calloc(1, sizeof *s);
+	s->magic = STREAM_MAGIC;
+	s->owner = t_ctx;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	pthread_create(&s->th, NULL, stream_main, s);
+	*out = s;
+	return 0;
+}
+
+// wait_upto releases the stream's work up to seq and waits for it (ms < 0:
+// for ever). It reports (and clears) the stream's failure.
+static int wait_upto(stream *s, uint64_t seq, int32_t ms) {
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	if (ms > 0) {
+		dl.tv_sec += ms / 1000;
+		dl.tv_nsec += (long)(ms % 1000) * 1000000;
+		if (dl.tv_nsec >= 1000000000) {
+			dl.tv_sec++;
+			dl.tv_nsec -= 1000000000;
+		}
+	}
+	pthread_mutex_lock(&s->mu);
+	if (seq > s->released) {
+		s->released = seq;
+		pthread_cond_broadcast(&s->cv);
+	}
+	while (s->executed < seq) {
+		if (ms < 0) {
+			pthread_cond_wait(&s->cv, &s->mu);
+		} else if (ms == 0 || pthread_cond_timedwait(&s->cv, &s->mu, &dl) == ETIMEDOUT) {
+			if (s->executed < seq) {
+				pthread_mutex_unlock(&s->mu);
+				return fail(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, "stream synchronize timed out after %d ms", ms);
+			}
+		}
+	}
+	int err = s->err;
+	if (err) {
+		snprintf(t_err, sizeof t_err, "%s", s->errmsg);
+		s->err = 0;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return err;
+}
+
+int aclrtSynchronizeStreamWithTimeout(void *p, int32_t ms) {
+	NEED_INIT();
+	int rc = standin_stream_ok(p, "aclrtSynchronizeStream");
+	if (rc) {
+		return rc;
+	}
+	stream *s = p;
+	pthread_mutex_lock(&s->mu);
+	uint64_t seq = s->enq;
+	pthread_mutex_unlock(&s->mu);
+	return wait_upto(s, seq, ms);
+}
+
+int aclrtSynchronizeStream(void *p) { return aclrtSynchronizeStreamWithTimeout(p, -1); }
+
+int aclrtStreamAbort(void *p) {
+	stream *s = p;
+	if (!stream_live(s)) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "live-stream", "aclrtStreamAbort(%p)", p);
+	}
+	pthread_mutex_lock(&s->mu);
+	for (task *t = s->head; t != NULL; t = t->next) {
+		t->fn = NULL;
+	}
+	s->released = s->enq;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+int aclrtDestroyStream(void *p) {
+	NEED_INIT();
+	stream *s = p;
+	if (!stream_live(s)) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "live-stream", "aclrtDestroyStream(%p)", p);
+	}
+	pthread_mutex_lock(&s->mu);
+	int busy = s->executed < s->enq;
+	if (!busy) {
+		s->stop = 1;
+		pthread_cond_broadcast(&s->cv);
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (busy) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "sync-before-destroy", "aclrtDestroyStream with %llu unfinished tasks: synchronize it first",
+					 (unsigned long long)(s->enq - s->executed));
+	}
+	pthread_join(s->th, NULL);
+	s->magic = 0;
+	free(s);
+	return 0;
+}
+
+typedef struct {
+	void *dst;
+	const void *src;
+	size_t n;
+	int set, value;
+} copy_task;
+
+static int run_copy(void *p) {
+	copy_task *c = p;
+	if (c->set) {
+		memset(c->dst, c->value, c->n);
+	} else {
+		memcpy(c->dst, c->src, c->n);
+	}
+	return 0;
+}
+
+int aclrtMemcpyAsync(void *dst, size_t dmax, const void *src, size_t count, int kind, void *stream) {
+	NEED_INIT();
+	int rc = standin_stream_ok(stream, "aclrtMemcpyAsync");
+	if (rc == 0) {
+		rc = check_copy("aclrtMemcpyAsync", dst, dmax, src, count, kind);
+	}
+	if (rc) {
+		return rc;
+	}
+	copy_task *c = calloc(1, sizeof *c);
+	*c = (copy_task){dst, src, count, 0, 0};
+	return standin_enqueue(stream, run_copy, c, free);
+}
+
+int aclrtMemsetAsync(void *p, size_t max, int32_t value, size_t count, void *stream) {
+	NEED_INIT();
+	int rc = standin_stream_ok(stream, "aclrtMemsetAsync");
+	if (rc) {
+		return rc;
+	}
+	if (count > max || !standin_dev_range(p, count)) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "memset-device-range", "aclrtMemsetAsync(%p, max %zu, count %zu)", p, max, count);
+	}
+	copy_task *c = calloc(1, sizeof *c);
+	*c = (copy_task){p, NULL, count, 1, value};
+	return standin_enqueue(stream, run_copy, c, free);
+}
+
+// ---- events ----
+
+typedef struct event {
+	uint32_t magic;
+	stream *s;
+	uint64_t seq;
+} event;
+
+int aclrtCreateEvent(void **out) {
+	NEED_INIT();
+	NEED_CTX();
+	event *e = calloc(1, sizeof *e);
+	e->magic = EVENT_MAGIC;
+	*out = e;
+	return 0;
+}
+
+int aclrtDestroyEvent(void *p) {
+	event *e = p;
+	if (e == NULL || e->magic != EVENT_MAGIC) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "live-event", "aclrtDestroyEvent(%p)", p);
+	}
+	e->magic = 0;
+	free(e);
+	return 0;
+}
+
+int aclrtRecordEvent(void *p, void *st) {
+	event *e = p;
+	int rc = standin_stream_ok(st, "aclrtRecordEvent");
+	if (rc) {
+		return rc;
+	}
+	if (e == NULL || e->magic != EVENT_MAGIC) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "live-event", "aclrtRecordEvent(%p)", p);
+	}
+	standin_enqueue(st, NULL, NULL, NULL);
+	stream *s = st;
+	pthread_mutex_lock(&s->mu);
+	e->s = s;
+	e->seq = s->enq;
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+int aclrtSynchronizeEvent(void *p) {
+	event *e = p;
+	if (e == NULL || e->magic != EVENT_MAGIC) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "live-event", "aclrtSynchronizeEvent(%p)", p);
+	}
+	if (e->s == NULL) {
+		return 0; // never recorded: complete
+	}
+	return wait_upto(e->s, e->seq, -1);
+}
+
+typedef struct {
+	event e;
+} wait_task;
+
+static int run_wait(void *p) {
+	wait_task *w = p;
+	return wait_upto(w->e.s, w->e.seq, -1);
+}
+
+int aclrtStreamWaitEvent(void *st, void *p) {
+	event *e = p;
+	int rc = standin_stream_ok(st, "aclrtStreamWaitEvent");
+	if (rc) {
+		return rc;
+	}
+	if (e == NULL || e->magic != EVENT_MAGIC) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "live-event", "aclrtStreamWaitEvent(%p)", p);
+	}
+	if (e->s == NULL) {
+		return 0;
+	}
+	wait_task *w = malloc(sizeof *w);
+	w->e = *e;
+	return standin_enqueue(st, run_wait, w, free);
+}
