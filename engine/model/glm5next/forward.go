@@ -52,7 +52,21 @@ func (m *Model) Forward(c *Cache, b *Batch) (logits *npu.Tensor, err error) {
 			logits, err = nil, e
 		}
 	}()
-	return m.forward(c, b), nil
+	logits, _ = m.forward(c, b, false)
+	return logits, nil
+}
+
+// ForwardHidden is Forward that also returns the final normed hidden
+// states [len(LogitRows), hidden] of the logit rows (the lm_head input,
+// what the MTP layer takes; the caller frees it).
+func (m *Model) ForwardHidden(c *Cache, b *Batch) (logits, hidden *npu.Tensor, err error) {
+	defer func() {
+		if e := stepFailure(recover()); e != nil {
+			logits, hidden, err = nil, nil, e
+		}
+	}()
+	logits, hidden = m.forward(c, b, true)
+	return logits, hidden, nil
 }
 
 // stepError carries a failure out of the forward pass's helpers (an
@@ -74,7 +88,7 @@ func stepFailure(p any) error {
 // fail aborts the forward pass with err (see stepError).
 func fail(err error) { panic(stepError{err}) }
 
-func (m *Model) forward(c *Cache, b *Batch) *npu.Tensor {
+func (m *Model) forward(c *Cache, b *Batch, keepHidden bool) (*npu.Tensor, *npu.Tensor) {
 	be, d := m.be, m.d
 	p := m.prepare(c, b)
 	T := p.rows
@@ -145,8 +159,15 @@ func (m *Model) forward(c *Cache, b *Batch) *npu.Tensor {
 	if err != nil {
 		fail(err)
 	}
+	var hidden *npu.Tensor
+	if keepHidden {
+		if hidden, err = be.Alloc(npu.F32, R, d.D); err != nil {
+			be.Free(logits)
+			fail(err)
+		}
+	}
 	if R == 0 {
-		return logits
+		return logits, hidden
 	}
 	mean := m.ws.get("final.mean", npu.F32, T, d.D)
 	be.HCMean(mean, x)
@@ -161,7 +182,10 @@ func (m *Model) forward(c *Cache, b *Batch) *npu.Tensor {
 		b.Observe(len(m.layers), hn)
 	}
 	m.lmLogits(logits, hn)
-	return logits
+	if hidden != nil {
+		be.Copy(hidden, hn)
+	}
+	return logits, hidden
 }
 
 // kda is a Kimi Delta Attention layer (§4.3) on the normed input h.

@@ -27,6 +27,7 @@ type Model struct {
 	norm   *npu.Tensor // [D]
 	lmHead *linear     // [V, D] (the embedding when tied)
 	layers []*layer
+	mtp    *mtpWeights // the MTP draft layer (nil: not loaded)
 
 	hc     npu.HCParams
 	gate   npu.KDAGateParams
