@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/npuserve/npuserve/engine/safetensors"
@@ -444,5 +445,15 @@ func TestMTPGolden(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestLoadMTPMissing: asking for the MTP layer of a checkpoint without one
+// is a start-up error naming the missing tensor.
+func TestLoadMTPMissing(t *testing.T) {
+	be := nputest.Open(0)
+	_, err := Load(be, filepath.Join(mtpFixtureRoot, "tiny"), LoadOptions{MTP: true})
+	if err == nil || !strings.Contains(err.Error(), "layers.8.eh_proj.weight") || !strings.Contains(err.Error(), "method mtp") {
+		t.Fatalf("Load with MTP of a checkpoint without it: %v", err)
 	}
 }
