@@ -52,7 +52,7 @@ func (m *Model) Forward(c *Cache, b *Batch) (logits *npu.Tensor, err error) {
 			logits, err = nil, e
 		}
 	}()
-	logits, _ = m.forward(c, b, false)
+	logits, _ = m.forward(c, b, hiddenNone)
 	return logits, nil
 }
 
@@ -65,7 +65,7 @@ func (m *Model) ForwardHidden(c *Cache, b *Batch) (logits, hidden *npu.Tensor, e
 			logits, hidden, err = nil, nil, e
 		}
 	}()
-	logits, hidden = m.forward(c, b, true)
+	logits, hidden = m.forward(c, b, hiddenLogitRows)
 	return logits, hidden, nil
 }
 
@@ -88,7 +88,16 @@ func stepFailure(p any) error {
 // fail aborts the forward pass with err (see stepError).
 func fail(err error) { panic(stepError{err}) }
 
-func (m *Model) forward(c *Cache, b *Batch, keepHidden bool) (*npu.Tensor, *npu.Tensor) {
+// hiddenMode says which final normed hidden states forward returns.
+type hiddenMode int
+
+const (
+	hiddenNone      hiddenMode = iota // none
+	hiddenLogitRows                   // those of the logit rows
+	hiddenAllRows                     // every row's (the MTP layer's input in the engine)
+)
+
+func (m *Model) forward(c *Cache, b *Batch, keep hiddenMode) (*npu.Tensor, *npu.Tensor) {
 	be, d := m.be, m.d
 	p := m.prepare(c, b)
 	T := p.rows
@@ -160,17 +169,39 @@ func (m *Model) forward(c *Cache, b *Batch, keepHidden bool) (*npu.Tensor, *npu.
 		fail(err)
 	}
 	var hidden *npu.Tensor
-	if keepHidden {
-		if hidden, err = be.Alloc(npu.F32, R, d.D); err != nil {
-			be.Free(logits)
-			fail(err)
-		}
+	switch keep {
+	case hiddenLogitRows:
+		hidden, err = be.Alloc(npu.F32, R, d.D)
+	case hiddenAllRows:
+		hidden, err = be.Alloc(npu.F32, T, d.D)
 	}
-	if R == 0 {
+	if err != nil {
+		be.Free(logits)
+		fail(err)
+	}
+	if T == 0 || (R == 0 && keep != hiddenAllRows) {
 		return logits, hidden
 	}
 	mean := m.ws.get("final.mean", npu.F32, T, d.D)
 	be.HCMean(mean, x)
+	if keep == hiddenAllRows {
+		// Norm every row, then take the logit rows from the normed ones
+		// (the same per-row arithmetic as norming the gathered rows).
+		be.RMSNorm(hidden, mean, m.norm, d.RMSEps)
+		if R == 0 {
+			return logits, hidden
+		}
+		hn := hidden
+		if p.logitRows != nil {
+			hn = m.ws.get("final.norm", npu.F32, R, d.D)
+			be.Gather(hn, hidden, p.logitRows)
+		}
+		if b.Observe != nil {
+			b.Observe(len(m.layers), hn)
+		}
+		m.lmLogits(logits, hn)
+		return logits, hidden
+	}
 	rows := mean
 	if p.logitRows != nil {
 		rows = m.ws.get("final.rows", npu.F32, R, d.D)

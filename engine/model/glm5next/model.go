@@ -47,6 +47,10 @@ type Model struct {
 
 	// observeLinear is the running batch's ObserveLinear hook.
 	observeLinear func(modules []string, x *npu.Tensor)
+
+	// pending is the engine's speculative step between SpecForward and
+	// SpecCommit.
+	pending *specPending
 }
 
 // dims are the sizes the forward pass uses, derived from the config.
