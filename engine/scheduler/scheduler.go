@@ -103,7 +103,7 @@ type Request struct {
 	seq         *kvcache.Seq
 	status      Status
 	preemptions int
-	lastStep    uint64 // number of the step that last scheduled it
+	lastStep    uint64  // number of the step that last scheduled it
 	drafts      []int32 // speculative tokens for the next decode (SetDrafts)
 	verifying   int     // drafts fed by the step that last scheduled it
 }
