@@ -32,6 +32,7 @@ func generateCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object with token_ids and text"},
 			&cli.StringFlag{Name: "dtype", Value: "auto", Usage: "weight dtype: auto (the checkpoint's), float32 or bfloat16"},
 			quantizationFlag("the model"),
+			&cli.StringFlag{Name: "speculative-config", Usage: `MTP speculative decoding, e.g. '{"method": "mtp", "num_speculative_tokens": 3}' (needs the checkpoint's MTP layer)`},
 			&cli.IntFlag{Name: "chunk-size", Value: 512, Usage: "prompt tokens per prefill step (chunked prefill)"},
 			&cli.IntFlag{Name: "threads", Value: 0, Usage: "CPU threads (0 = all)"},
 			deviceFlag(),
@@ -89,6 +90,10 @@ func runGenerate(c *cli.Context) error {
 		}
 	}
 
+	spec, err := config.ParseSpeculative(json.RawMessage(c.String("speculative-config")))
+	if err != nil {
+		return usageError("%v", err)
+	}
 	quantization, err := config.CPULoadQuantization(c.String("quantization"), dir)
 	if err != nil {
 		return usageError("generate: %v", err)
@@ -97,7 +102,7 @@ func runGenerate(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	opt := glm5next.LoadOptions{DType: c.String("dtype"), Quantization: quantization, Log: logrus.Infof}
+	opt := glm5next.LoadOptions{DType: c.String("dtype"), Quantization: quantization, Log: logrus.Infof, MTP: spec != nil}
 	if isatty.IsTerminal(os.Stderr.Fd()) {
 		opt.Progress = os.Stderr
 	}
@@ -113,7 +118,12 @@ func runGenerate(c *cli.Context) error {
 	if len(eos) == 0 {
 		eos = m.Config().EOSTokenID
 	}
-	out, finish, err := generateOne(m, ids, eos, c)
+	k := 0
+	if spec != nil {
+		k = spec.NumSpeculativeTokens
+		logSpeculative(spec)
+	}
+	out, finish, err := generateOne(m, ids, eos, k, c)
 	if err != nil {
 		return runError("%v", err)
 	}
@@ -175,7 +185,8 @@ func joinIDs(ids []int32) string {
 
 // generateOne runs one request through the serving engine (scheduler,
 // chunked prefill, samplers, stop rules): the path `npuserve serve` uses.
-func generateOne(m *glm5next.Model, prompt []int32, eos []int, c *cli.Context) ([]int32, string, error) {
+// k > 0 turns on MTP speculative decoding with k drafts per step.
+func generateOne(m *glm5next.Model, prompt []int32, eos []int, k int, c *cli.Context) ([]int32, string, error) {
 	maxTokens := c.Int("max-tokens")
 	if maxTokens == 0 {
 		return []int32{}, "length", nil
@@ -192,11 +203,12 @@ func generateOne(m *glm5next.Model, prompt []int32, eos []int, c *cli.Context) (
 	const block = core.DefaultBlockSize
 	total := len(prompt) + maxTokens
 	e, err := core.New(m.Engine(), core.Options{
-		MaxNumSeqs:          1,
-		MaxNumBatchedTokens: c.Int("chunk-size"),
-		MaxModelLen:         total,
-		NumBlocks:           (total+block-1)/block + 1,
-		EOSTokenIDs:         ids,
+		MaxNumSeqs:           1,
+		MaxNumBatchedTokens:  c.Int("chunk-size"),
+		MaxModelLen:          total,
+		NumBlocks:            (total+k+block-1)/block + 2, // + the drafts' lookahead
+		EOSTokenIDs:          ids,
+		NumSpeculativeTokens: k,
 	})
 	if err != nil {
 		return nil, "", err
@@ -218,4 +230,10 @@ func generateOne(m *glm5next.Model, prompt []int32, eos []int, c *cli.Context) (
 		}
 	}
 	return out, finish, nil
+}
+
+// logSpeculative reports the speculative decoding a run uses.
+func logSpeculative(s *config.Speculative) {
+	logrus.Infof("Speculative decoding: method %s, %d speculative tokens per step (the MTP layer drafts; the drafter runs eagerly%s)",
+		s.Method, s.NumSpeculativeTokens, map[bool]string{true: ", as enforce_eager asks", false: " whatever enforce_eager says"}[s.EnforceEager])
 }

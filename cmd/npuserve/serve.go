@@ -97,7 +97,14 @@ func runServe(c *cli.Context) error {
 	if onCPU != "" && os.Getenv(dp.RankEnv) == "" { // once, not in each rank process
 		logrus.Warn(onCPU)
 	}
+	spec, err := config.ParseSpeculative(args.SpeculativeConfig)
+	if err != nil {
+		return usageError("serve: %v", err)
+	}
 	if multiRank(args) {
+		if spec != nil {
+			return usageError("serve: --speculative-config: MTP speculative decoding with tensor, data or expert parallelism is not implemented yet; run with TP=DP=EP=1")
+		}
 		return runServeParallel(args, dir, modelCfg, gen, plan)
 	}
 	be, err := openDevice(plan.Device.Backend, args.Threads)
@@ -116,7 +123,7 @@ func runServe(c *cli.Context) error {
 	// The implementation is the one registered for config.json's
 	// model_type (engine/model).
 	opt := enginemodel.OpenOptions{DType: dtype, Quantization: config.LoaderQuantization(args.Quantization), Log: logrus.Infof,
-		Random: args.LoadFormat == "dummy", Seed: args.Seed}
+		Random: args.LoadFormat == "dummy", Seed: args.Seed, MTP: spec != nil}
 	if isatty.IsTerminal(os.Stderr.Fd()) && !opt.Random {
 		opt.Progress = os.Stderr
 	}
@@ -167,6 +174,10 @@ func runServe(c *cli.Context) error {
 			}
 		},
 		Logf: logrus.Errorf,
+	}
+	if spec != nil {
+		engOpt.NumSpeculativeTokens = spec.NumSpeculativeTokens
+		logSpeculative(spec)
 	}
 	eng, err := core.New(model, engOpt)
 	if err != nil && !args.Given("max-model-len") && strings.Contains(err.Error(), "max seq len") {

@@ -976,8 +976,8 @@ func (a *EngineArgs) WithoutEffect(backend string) []Ignored {
 	if a.Given("safetensors-load-strategy") {
 		add("safetensors-load-strategy", "checkpoints are memory-mapped whatever the strategy")
 	}
-	if a.Given("speculative-config") {
-		add("speculative-config", "MTP speculative decoding is not implemented yet; the MTP layer is not loaded")
+	if a.Given("speculative-config") && strings.Contains(string(a.SpeculativeConfig), `"enforce_eager"`) {
+		add("speculative-config", "enforce_eager: the MTP drafter always runs eagerly (no graph capture), whatever its value")
 	}
 	if a.Given("limit-mm-per-prompt") {
 		add("limit-mm-per-prompt", "image and video inputs are not implemented yet (text only)")
@@ -1289,22 +1289,23 @@ func validateCompilation(m map[string]any) error {
 	return nil
 }
 
-var specMethods = []string{"mtp", "deepseek_mtp", "glm5_next_mtp", "ngram", "suffix", "eagle", "eagle3", "draft_model", "medusa", "mlp_speculator"}
-
-// validateSpeculative checks method, num_speculative_tokens and
-// enforce_eager (a vllm-ascend key).
+// validateSpeculative checks method (MTP only: SpeculativeMethods),
+// num_speculative_tokens (1..MaxSpeculativeTokens) and enforce_eager (a
+// vllm-ascend key).
 func validateSpeculative(m map[string]any) error {
-	if v, ok := m["method"]; ok {
-		s, isStr := v.(string)
-		if !isStr || !contains(specMethods, s) {
-			return fmt.Errorf("method: must be one of %s; got %s", strings.Join(specMethods, ", "), jsonText(v))
-		}
+	v, ok := m["method"]
+	if !ok {
+		return fmt.Errorf("method: required (%s)", strings.Join(SpeculativeMethods, " or "))
 	}
-	if v, ok := m["num_speculative_tokens"]; ok {
-		n, err := jsonInt("num_speculative_tokens", v)
-		if err != nil || n < 1 || n > 64 {
-			return fmt.Errorf("num_speculative_tokens: must be in [1, 64], got %s", jsonText(v))
-		}
+	if s, isStr := v.(string); !isStr || !contains(SpeculativeMethods, s) {
+		return fmt.Errorf("method: %s is not supported; npuserve runs the model's MTP layer (method %s)", jsonText(v), strings.Join(SpeculativeMethods, " or "))
+	}
+	v, ok = m["num_speculative_tokens"]
+	if !ok {
+		return errors.New("num_speculative_tokens: required")
+	}
+	if n, err := jsonInt("num_speculative_tokens", v); err != nil || n < 1 || n > MaxSpeculativeTokens {
+		return fmt.Errorf("num_speculative_tokens: must be in [1, %d], got %s", MaxSpeculativeTokens, jsonText(v))
 	}
 	if v, ok := m["enforce_eager"]; ok {
 		if _, isBool := v.(bool); !isBool {

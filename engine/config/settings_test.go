@@ -54,7 +54,8 @@ func TestBlogSkeletons(t *testing.T) {
 			for _, x := range a.WithoutEffect("ascend") {
 				ign[x.Flag] = true
 			}
-			for _, f := range []string{"--trust-remote-code", "--speculative-config"} {
+			// (speculative.mtp is honoured now: MTP speculative decoding.)
+			for _, f := range []string{"--trust-remote-code"} {
 				if !ign[f] {
 					t.Errorf("%s missing from WithoutEffect: %v", f, ign)
 				}

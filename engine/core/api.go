@@ -132,4 +132,21 @@ type Stats struct {
 	// DummySteps counts the forwards without tokens this rank ran to stay
 	// in lockstep with other DP ranks (Options.Lockstep).
 	DummySteps int64
+	// NumSpeculativeTokens is Options.NumSpeculativeTokens (0: off).
+	NumSpeculativeTokens int
+	// Speculative decoding counters with vLLM's names
+	// (glm5next-features.md §2.6): vllm:spec_decode_num_drafts,
+	// _num_draft_tokens, _num_accepted_tokens and
+	// _num_accepted_tokens_per_pos (index i: position i).
+	SpecDrafts, SpecDraftTokens, SpecAcceptedTokens int64
+	SpecAcceptedPerPos                              []int64
+}
+
+// SpecMeanAcceptanceLength is vLLM's mean acceptance length, 1 +
+// accepted/drafts (the bonus token included); 0 without drafts.
+func (s *Stats) SpecMeanAcceptanceLength() float64 {
+	if s.SpecDrafts == 0 {
+		return 0
+	}
+	return 1 + float64(s.SpecAcceptedTokens)/float64(s.SpecDrafts)
 }

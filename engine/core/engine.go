@@ -71,6 +71,12 @@ type Options struct {
 	// (expert parallelism; see Lockstep). The model must then be a
 	// CollectiveModel.
 	Lockstep Lockstep
+	// NumSpeculativeTokens, when positive, turns on MTP speculative
+	// decoding with that many drafts per sequence per step
+	// (--speculative-config num_speculative_tokens, 1..MaxSpeculativeTokens).
+	// The model must be a model.Speculative with its draft layer loaded;
+	// tensor, expert and data parallelism are refused.
+	NumSpeculativeTokens int
 }
 
 // StepStats describe one engine step.
@@ -89,6 +95,9 @@ type StepStats struct {
 	// Total the whole step including output delivery. Total - Forward -
 	// Sample is the engine's overhead beside the model and sampling.
 	Schedule, Forward, Sample, Total time.Duration
+	// Draft is the speculative step's rollback, MTP layer and draft
+	// download (zero without speculative decoding).
+	Draft time.Duration
 }
 
 // ErrClosed is returned by Add after Close, and carried (FinishReason
@@ -125,6 +134,9 @@ type Engine struct {
 	sampled   []*reqState
 	samplers  []*sampling.Sampler
 	counters  counters
+
+	spec  model.Speculative // set with Options.NumSpeculativeTokens
+	specN specCounters
 }
 
 // counters are the loop's running totals, published into stats.
@@ -208,6 +220,10 @@ func New(model Model, opt Options) (*Engine, error) {
 		}
 	}
 
+	spec, err := checkSpeculative(model, &opt)
+	if err != nil {
+		return nil, err
+	}
 	if opt.Lockstep != nil {
 		if _, ok := model.(CollectiveModel); !ok {
 			return nil, errors.New("engine: lockstep needs a model with DummyStep (a CollectiveModel)")
@@ -227,7 +243,7 @@ func New(model Model, opt Options) (*Engine, error) {
 	e := &Engine{
 		model: model, be: model.Backend(), opt: opt, vocab: cfg.VocabSize, kv: kv, sched: sched,
 		live: map[string]bool{}, wake: make(chan struct{}, 1), done: make(chan struct{}),
-		counters: counters{finished: map[string]int64{}},
+		counters: counters{finished: map[string]int64{}}, spec: spec,
 	}
 	e.publish()
 	started := make(chan error, 1)
@@ -349,6 +365,7 @@ func (e *Engine) Stats() Stats {
 	for k, v := range e.stats.FinishedByReason {
 		s.FinishedByReason[k] = v
 	}
+	s.SpecAcceptedPerPos = append([]int64(nil), e.stats.SpecAcceptedPerPos...)
 	return s
 }
 
@@ -568,6 +585,9 @@ func (e *Engine) step() (bool, error) {
 		}
 		return false, nil
 	}
+	if e.spec != nil {
+		return e.stepSpec(st, ss, start)
+	}
 
 	// Batch: sequences back to back, logits for those that sample.
 	e.tokens, e.seqs, e.rows = e.tokens[:0], e.seqs[:0], e.rows[:0]
@@ -691,6 +711,9 @@ func (e *Engine) publish() {
 		FinishedByReason: make(map[string]int64, len(e.counters.finished)),
 		NumBlocks:        e.opt.NumBlocks, BlockSize: e.opt.BlockSize, NumStateSlots: e.opt.MaxNumSeqs,
 		MaxModelLen: e.opt.MaxModelLen, UsedBlocks: e.kv.UsedBlocks(), UsedStateSlots: e.kv.UsedStateSlots(),
+		NumSpeculativeTokens: e.opt.NumSpeculativeTokens,
+		SpecDrafts:           e.specN.drafts, SpecDraftTokens: e.specN.draftTokens, SpecAcceptedTokens: e.specN.accepted,
+		SpecAcceptedPerPos: append([]int64(nil), e.specN.perPos...),
 	}
 	for k, v := range e.counters.finished {
 		s.FinishedByReason[k] = v

@@ -185,6 +185,28 @@ func (m *Manager) Append(s *Seq, n int) error {
 	return nil
 }
 
+// Reserve makes sure s has blocks for n positions past its length
+// without counting them in its length (speculative decoding's lookahead:
+// the drafter writes there before the next step schedules them). Like
+// Append it takes nothing and returns ErrNoBlocks when the free blocks do
+// not suffice.
+func (m *Manager) Reserve(s *Seq, n int) error {
+	if err := m.Append(s, n); err != nil {
+		return err
+	}
+	s.length -= n
+	return nil
+}
+
+// Truncate shortens s to n positions (rejected speculative positions);
+// its blocks stay allocated for the next positions.
+func (m *Manager) Truncate(s *Seq, n int) {
+	if n < 0 || n > s.length {
+		panic(fmt.Sprintf("kvcache: Truncate a sequence of length %d to %d", s.length, n))
+	}
+	s.length = n
+}
+
 // Free returns the sequence's blocks and state slot. The sequence must not
 // be used afterwards.
 func (m *Manager) Free(s *Seq) {

@@ -157,6 +157,9 @@ type OpenOptions struct {
 	// with Seed instead of reading the checkpoint.
 	Random bool
 	Seed   int64
+	// MTP loads the checkpoint's MTP draft layer (speculative decoding;
+	// a random one with Random); a checkpoint without one is an error.
+	MTP bool
 	// Log receives loading messages; Progress, when set, a progress bar.
 	Log      func(format string, args ...any)
 	Progress io.Writer
@@ -198,4 +201,53 @@ func Open(be npu.Backend, dir string, cfg *config.ModelConfig, opt OpenOptions) 
 		return nil, fmt.Errorf("model_type %q is not supported (this binary serves: %s)", cfg.ModelType, strings.Join(known, ", "))
 	}
 	return open(be, dir, cfg, opt)
+}
+
+// Speculative is a Model with a draft layer (GLM's MTP) for speculative
+// decoding (glm5next-features.md §2). A speculative step is SpecForward
+// (the target forward over every sequence's rows: prefill chunks, plain
+// decode tokens and verify rows [next, d_1..d_k]) then, after the host
+// chose what each sequence keeps, SpecCommit (rollback of rejected rows,
+// the draft layer over the kept rows, and the next drafts). Every
+// SpecForward must be followed by one SpecCommit before the next forward.
+type Speculative interface {
+	Model
+	// CanDraft reports whether the model has a draft layer loaded.
+	CanDraft() bool
+	// SpecForward is Forward that also keeps every row's final hidden
+	// state for SpecCommit, after backing up the recurrent state of the
+	// sequences listed in backup (indices into b.Layout's sequences: those
+	// that verify drafts) so that SpecCommit can roll them back.
+	SpecForward(c Cache, b *Batch, backup []int) (*npu.Tensor, error)
+	// SpecCommit finishes the step SpecForward began and returns, for each
+	// entry of sc.Seqs with Draft set, sc.K draft tokens (nil for the
+	// others). Sequences of the forward not listed (finished requests)
+	// get no draft-layer rows.
+	SpecCommit(c Cache, sc *SpecCommit) ([][]int32, error)
+}
+
+// SpecCommit says what every sequence of a SpecForward batch keeps.
+type SpecCommit struct {
+	// K is the number of tokens to draft per drafting sequence.
+	K    int
+	Seqs []SpecCommitSeq
+}
+
+// SpecCommitSeq is one sequence's outcome of a speculative step.
+type SpecCommitSeq struct {
+	// Seq indexes the sequence in the SpecForward batch's layout.
+	Seq int
+	// Kept is how many of its rows stay in the cache (the rest were
+	// rejected drafts). A backed-up sequence that keeps fewer rows than it
+	// fed gets its recurrent state restored and the kept rows replayed.
+	Kept int
+	// Next is the token after each kept row (len Kept): the draft layer's
+	// input at that row (row t carries token t+1).
+	Next []int32
+	// Draft asks for sc.K drafts after the kept rows; BlockTable must then
+	// cover the positions the drafter writes (up to Pos+Kept+K-2).
+	Draft bool
+	// BlockTable is the sequence's current block table (it may have grown
+	// since SpecForward).
+	BlockTable []int32
 }

@@ -103,7 +103,9 @@ type Request struct {
 	seq         *kvcache.Seq
 	status      Status
 	preemptions int
-	lastStep    uint64 // number of the step that last scheduled it
+	lastStep    uint64  // number of the step that last scheduled it
+	drafts      []int32 // speculative tokens for the next decode (SetDrafts)
+	verifying   int     // drafts fed by the step that last scheduled it
 }
 
 // NewRequest returns a request for prompt that generates at most maxTokens
@@ -117,6 +119,9 @@ func NewRequest(id string, prompt []int32, maxTokens int) *Request {
 // Tokens returns the prompt followed by the generated tokens (do not
 // modify).
 func (r *Request) Tokens() []int32 { return r.tokens }
+
+// MaxTokens is the generated-token limit (0: only MaxModelLen bounds it).
+func (r *Request) MaxTokens() int { return r.maxTokens }
 
 // NumPromptTokens is the length of the original prompt.
 func (r *Request) NumPromptTokens() int { return r.numPrompt }
@@ -153,6 +158,10 @@ type Scheduled struct {
 	// the step's logits at its last row give the request's next token,
 	// which the owner reports with AppendToken.
 	Sample bool
+	// Drafts are the speculative tokens (SetDrafts) a decode verifies:
+	// they are fed after Tokens(), at the next positions, and the owner
+	// reports the outcome with AppendVerified.
+	Drafts []int32
 }
 
 // Tokens returns the input ids of the run.
@@ -316,13 +325,17 @@ func (s *Scheduler) Schedule() *Step {
 		if r.pending() != 1 {
 			continue
 		}
-		if !s.reserve(i, 1, true) {
+		d := min(len(r.drafts), budget-1)
+		if !s.reserve(i, 1+d, true) {
 			i-- // r preempted itself: running[i] is the next request
 			continue
 		}
 		s.schedule(r, 1)
+		st.Seqs[len(st.Seqs)-1].Drafts = r.drafts[:d:d]
+		st.NumTokens += d
+		r.verifying, r.drafts = d, nil
 		st.NumDecodes++
-		budget--
+		budget -= 1 + d
 	}
 
 	// Prefill chunks of running requests. These preempt only later
@@ -394,6 +407,7 @@ func (s *Scheduler) schedule(r *Request, n int) {
 	st.NumTokens += n
 	r.numComputed += n
 	r.lastStep = s.stepNo
+	r.verifying = 0
 }
 
 // reserve allocates n positions for s.running[i], preempting the
@@ -431,6 +445,7 @@ func (s *Scheduler) preempt(i int) {
 	s.running = slices.Delete(s.running, i, i+1)
 	s.kv.Free(r.seq)
 	r.seq, r.numComputed, r.status = nil, 0, Preempted
+	r.drafts, r.verifying = nil, 0
 	r.preemptions++
 	s.preemptions++
 	s.waiting = insertByArrival(s.waiting, r)
@@ -458,6 +473,32 @@ func (s *Scheduler) AppendToken(r *Request, tok int32) {
 		panic(fmt.Sprintf("scheduler: AppendToken on request %q (%v, %d tokens pending)", r.ID, r.status, r.pending()))
 	}
 	r.tokens = append(r.tokens, tok)
+}
+
+// SetDrafts gives a running request whose tokens are all computed the
+// speculative tokens its next decode verifies (MTP drafts). The owner
+// must have reserved their cache positions (kvcache.Manager.Reserve) or
+// the decode preempts for them like for its own token.
+func (s *Scheduler) SetDrafts(r *Request, drafts []int32) {
+	if r.status != Running || r.pending() != 1 {
+		panic(fmt.Sprintf("scheduler: SetDrafts on request %q (%v, %d tokens pending)", r.ID, r.status, r.pending()))
+	}
+	r.drafts = drafts
+}
+
+// AppendVerified records the outcome of a decode that verified drafts
+// (Scheduled.Drafts): toks are the accepted drafts then the token after
+// them (1..len(Drafts)+1 tokens; fewer when the sequence stops inside the
+// run). The accepted drafts count as computed, and the cache positions of
+// the rejected ones are given back to the sequence's lookahead.
+func (s *Scheduler) AppendVerified(r *Request, toks []int32) {
+	if r.status != Running || r.pending() != 0 || len(toks) < 1 || len(toks) > r.verifying+1 {
+		panic(fmt.Sprintf("scheduler: AppendVerified of %d tokens on request %q (%v, %d pending, %d drafts)", len(toks), r.ID, r.status, r.pending(), r.verifying))
+	}
+	r.tokens = append(r.tokens, toks...)
+	r.numComputed += len(toks) - 1
+	r.verifying = 0
+	s.kv.Truncate(r.seq, r.numComputed)
 }
 
 // Finish removes r (finished, aborted or failed) from its queue and frees

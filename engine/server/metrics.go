@@ -88,6 +88,27 @@ func newMetrics(model string, maxModelLen int, eng Engine) *metrics {
 	counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", func(core.Stats) float64 { return 0 })
 
 	st := eng.Stats()
+	if k := st.NumSpeculativeTokens; k > 0 {
+		// vLLM's SpecDecodingProm counters (glm5next-features.md §2.6).
+		counter("vllm:spec_decode_num_drafts_total", "Number of spec decoding drafts.", func(s core.Stats) float64 { return float64(s.SpecDrafts) })
+		counter("vllm:spec_decode_num_draft_tokens_total", "Number of draft tokens.", func(s core.Stats) float64 { return float64(s.SpecDraftTokens) })
+		counter("vllm:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.", func(s core.Stats) float64 { return float64(s.SpecAcceptedTokens) })
+		for i := range k {
+			pl := prometheus.Labels{"position": strconv.Itoa(i)}
+			for k, v := range labels {
+				pl[k] = v
+			}
+			m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+				Help: "Accepted tokens per draft position.", ConstLabels: pl},
+				func() float64 {
+					s := eng.Stats()
+					if i < len(s.SpecAcceptedPerPos) {
+						return float64(s.SpecAcceptedPerPos[i])
+					}
+					return 0
+				}))
+		}
+	}
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "vllm:cache_config_info", Help: "Information of the LLMEngine CacheConfig",
 		ConstLabels: prometheus.Labels{"engine": "0", "block_size": strconv.Itoa(st.BlockSize), "num_gpu_blocks": strconv.Itoa(st.NumBlocks),
 			"num_state_slots": strconv.Itoa(st.NumStateSlots), "enable_prefix_caching": "False", "cache_dtype": "auto"}})

@@ -522,11 +522,37 @@ func (s *Server) logStats(ctx context.Context) {
 			idle := dp == 0 && dg == 0 && st.Running == 0 && st.Waiting == 0
 			if !idle || !wasIdle {
 				s.log.Info(statsLine(st, float64(dp)/dt, float64(dg)/dt))
+				if line := specLine(st, last); line != "" {
+					s.log.Info(line)
+				}
 			}
 			wasIdle = idle
 			last, lastT = st, now
 		}
 	}
+}
+
+// specLine is vLLM's SpecDecodingLogging line over the interval from
+// last to st ("" when nothing was drafted in it).
+func specLine(st, last core.Stats) string {
+	drafts := st.SpecDrafts - last.SpecDrafts
+	if st.NumSpeculativeTokens == 0 || drafts <= 0 {
+		return ""
+	}
+	draftToks, acc := st.SpecDraftTokens-last.SpecDraftTokens, st.SpecAcceptedTokens-last.SpecAcceptedTokens
+	rates := make([]string, len(st.SpecAcceptedPerPos))
+	for i, n := range st.SpecAcceptedPerPos {
+		if i < len(last.SpecAcceptedPerPos) {
+			n -= last.SpecAcceptedPerPos[i]
+		}
+		rates[i] = fmt.Sprintf("%.3f", float64(n)/float64(drafts))
+	}
+	rate := 0.0
+	if draftToks > 0 {
+		rate = 100 * float64(acc) / float64(draftToks)
+	}
+	return fmt.Sprintf("SpecDecoding metrics: Mean acceptance length: %.2f, Accepted: %d tokens, Drafted: %d tokens, Per-position acceptance rate: %s, Avg Draft acceptance rate: %.1f%%",
+		1+float64(acc)/float64(drafts), acc, draftToks, strings.Join(rates, ", "), rate)
 }
 
 // statsLine is vLLM's LoggingStatLogger line.

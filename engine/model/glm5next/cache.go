@@ -19,6 +19,12 @@ type Cache struct {
 
 	// Layers is indexed by decoder layer; unused fields are nil.
 	Layers []LayerCache
+	// MTP is the MTP draft layer's DSA cache (same token and pool rows as
+	// the trunk's), allocated when the model has an MTP layer. Such a
+	// cache also keeps a backup KDA state per state slot (rows
+	// StateSlots..2*StateSlots-1 of Conv and State) for speculative
+	// decoding's rollback.
+	MTP LayerCache
 
 	be npu.Backend // the backend holding the tensors
 }
@@ -69,6 +75,14 @@ func (m *Model) NewCache(numBlocks, blockSize, stateSlots int) (*Cache, error) {
 		}
 		return t
 	}
+	kdaSlots := stateSlots
+	if m.mtp != nil {
+		kdaSlots = 2 * stateSlots
+		c.MTP.Latent = alloc("MLA latents", len(m.layers), m.cacheDT, c.TokenSlots, d.R)
+		c.MTP.IndexKeys = alloc("indexer keys", len(m.layers), m.cacheDT, c.TokenSlots, d.Di)
+		c.MTP.IndexGates = alloc("indexer gates", len(m.layers), m.cacheDT, c.TokenSlots, d.Di)
+		c.MTP.Pooled = alloc("pooled indexer keys", len(m.layers), m.cacheDT, c.PoolSlots, d.Di)
+	}
 	for l, ly := range m.layers {
 		lc := &c.Layers[l]
 		if ly.mla != nil {
@@ -79,8 +93,8 @@ func (m *Model) NewCache(numBlocks, blockSize, stateSlots int) (*Cache, error) {
 				lc.Pooled = alloc("pooled indexer keys", l, m.cacheDT, c.PoolSlots, d.Di)
 			}
 		} else {
-			lc.Conv = alloc("KDA conv window", l, npu.F32, stateSlots, d.W-1, 3*d.H*d.K)
-			lc.State = alloc("KDA state", l, npu.F32, stateSlots, d.H, d.K, d.K)
+			lc.Conv = alloc("KDA conv window", l, npu.F32, kdaSlots, d.W-1, 3*d.H*d.K)
+			lc.State = alloc("KDA state", l, npu.F32, kdaSlots, d.H, d.K, d.K)
 		}
 	}
 	if err != nil {
@@ -92,8 +106,11 @@ func (m *Model) NewCache(numBlocks, blockSize, stateSlots int) (*Cache, error) {
 
 // Free releases the cache's device memory.
 func (c *Cache) Free(be npu.Backend) {
-	for i := range c.Layers {
-		lc := &c.Layers[i]
+	for i := range len(c.Layers) + 1 {
+		lc := &c.MTP
+		if i < len(c.Layers) {
+			lc = &c.Layers[i]
+		}
 		for _, t := range []*npu.Tensor{lc.Latent, lc.IndexKeys, lc.IndexGates, lc.Pooled, lc.Conv, lc.State} {
 			if t != nil {
 				be.Free(t)
@@ -108,14 +125,24 @@ func (c *Cache) Free(be npu.Backend) {
 // at the model's cache dtype, for capacity planning (config.CacheFootprint,
 // the planner's formula).
 func (m *Model) BytesPerToken() int64 {
-	return config.CacheFootprint(m.cfg, int64(m.cacheDT.Size()), m.tpSize()).BytesPerToken
+	b := config.CacheFootprint(m.cfg, int64(m.cacheDT.Size()), m.tpSize()).BytesPerToken
+	if m.mtp != nil {
+		// The MTP layer's latent, raw indexer key and gate, and pooled-key share.
+		d := m.d
+		b += int64(m.cacheDT.Size()) * int64(d.R+2*d.Di+(d.Di+d.KPool-1)/d.KPool)
+	}
+	return b
 }
 
 // BytesPerSequenceState is the fixed cache memory of one sequence (KDA conv
 // window and recurrent state of this rank's KDA heads, fp32), i.e. of one
 // state slot.
 func (m *Model) BytesPerSequenceState() int64 {
-	return config.CacheFootprint(m.cfg, int64(m.cacheDT.Size()), m.tpSize()).BytesPerSequenceState
+	b := config.CacheFootprint(m.cfg, int64(m.cacheDT.Size()), m.tpSize()).BytesPerSequenceState
+	if m.mtp != nil {
+		b *= 2 // the rollback backup of every slot
+	}
+	return b
 }
 
 // CacheDType is the element type of the per-token cache (F32 on the host

@@ -17,8 +17,13 @@ func open(be npu.Backend, dir string, cfg *config.ModelConfig, opt model.OpenOpt
 	var err error
 	if opt.Random {
 		m, err = NewRandomParallel(be, cfg, opt.DType, opt.Seed, nil)
+		if err == nil && opt.MTP {
+			if err = m.AddRandomMTP(opt.Seed + 1); err != nil {
+				m.Close()
+			}
+		}
 	} else {
-		m, err = Load(be, dir, LoadOptions{DType: opt.DType, Quantization: opt.Quantization, Log: opt.Log, Progress: opt.Progress})
+		m, err = Load(be, dir, LoadOptions{DType: opt.DType, Quantization: opt.Quantization, Log: opt.Log, Progress: opt.Progress, MTP: opt.MTP})
 	}
 	if err != nil {
 		return nil, err

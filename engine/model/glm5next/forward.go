@@ -52,7 +52,21 @@ func (m *Model) Forward(c *Cache, b *Batch) (logits *npu.Tensor, err error) {
 			logits, err = nil, e
 		}
 	}()
-	return m.forward(c, b), nil
+	logits, _ = m.forward(c, b, hiddenNone)
+	return logits, nil
+}
+
+// ForwardHidden is Forward that also returns the final normed hidden
+// states [len(LogitRows), hidden] of the logit rows (the lm_head input,
+// what the MTP layer takes; the caller frees it).
+func (m *Model) ForwardHidden(c *Cache, b *Batch) (logits, hidden *npu.Tensor, err error) {
+	defer func() {
+		if e := stepFailure(recover()); e != nil {
+			logits, hidden, err = nil, nil, e
+		}
+	}()
+	logits, hidden = m.forward(c, b, hiddenLogitRows)
+	return logits, hidden, nil
 }
 
 // stepError carries a failure out of the forward pass's helpers (an
@@ -74,7 +88,16 @@ func stepFailure(p any) error {
 // fail aborts the forward pass with err (see stepError).
 func fail(err error) { panic(stepError{err}) }
 
-func (m *Model) forward(c *Cache, b *Batch) *npu.Tensor {
+// hiddenMode says which final normed hidden states forward returns.
+type hiddenMode int
+
+const (
+	hiddenNone      hiddenMode = iota // none
+	hiddenLogitRows                   // those of the logit rows
+	hiddenAllRows                     // every row's (the MTP layer's input in the engine)
+)
+
+func (m *Model) forward(c *Cache, b *Batch, keep hiddenMode) (*npu.Tensor, *npu.Tensor) {
 	be, d := m.be, m.d
 	p := m.prepare(c, b)
 	T := p.rows
@@ -145,11 +168,40 @@ func (m *Model) forward(c *Cache, b *Batch) *npu.Tensor {
 	if err != nil {
 		fail(err)
 	}
-	if R == 0 {
-		return logits
+	var hidden *npu.Tensor
+	switch keep {
+	case hiddenLogitRows:
+		hidden, err = be.Alloc(npu.F32, R, d.D)
+	case hiddenAllRows:
+		hidden, err = be.Alloc(npu.F32, T, d.D)
+	}
+	if err != nil {
+		be.Free(logits)
+		fail(err)
+	}
+	if T == 0 || (R == 0 && keep != hiddenAllRows) {
+		return logits, hidden
 	}
 	mean := m.ws.get("final.mean", npu.F32, T, d.D)
 	be.HCMean(mean, x)
+	if keep == hiddenAllRows {
+		// Norm every row, then take the logit rows from the normed ones
+		// (the same per-row arithmetic as norming the gathered rows).
+		be.RMSNorm(hidden, mean, m.norm, d.RMSEps)
+		if R == 0 {
+			return logits, hidden
+		}
+		hn := hidden
+		if p.logitRows != nil {
+			hn = m.ws.get("final.norm", npu.F32, R, d.D)
+			be.Gather(hn, hidden, p.logitRows)
+		}
+		if b.Observe != nil {
+			b.Observe(len(m.layers), hn)
+		}
+		m.lmLogits(logits, hn)
+		return logits, hidden
+	}
 	rows := mean
 	if p.logitRows != nil {
 		rows = m.ws.get("final.rows", npu.F32, R, d.D)
@@ -161,7 +213,10 @@ func (m *Model) forward(c *Cache, b *Batch) *npu.Tensor {
 		b.Observe(len(m.layers), hn)
 	}
 	m.lmLogits(logits, hn)
-	return logits
+	if hidden != nil {
+		be.Copy(hidden, hn)
+	}
+	return logits, hidden
 }
 
 // kda is a Kimi Delta Attention layer (§4.3) on the normed input h.

@@ -33,6 +33,9 @@ type LoadOptions struct {
 	// Parallel places the model in a tensor/expert-parallel deployment:
 	// the rank reads only its slices of the weights (nil: a single rank).
 	Parallel *Parallel
+	// MTP also loads the MTP draft layer (layer num_hidden_layers), for
+	// speculative decoding; a checkpoint without it is an error.
+	MTP bool
 }
 
 // Load reads dir/config.json and the safetensors checkpoint in dir and
@@ -67,6 +70,10 @@ func Load(be npu.Backend, dir string, opt LoadOptions) (*Model, error) {
 	}
 	var m *Model
 	if desc != nil {
+		if opt.MTP {
+			ck.Close()
+			return nil, fmt.Errorf("glm5next: speculative decoding (MTP) with an msmodelslim-quantized checkpoint is not implemented yet")
+		}
 		m, err = loadQuantized(be, cfg, ck, desc, opt)
 	} else {
 		m, err = loadCheckpoint(be, cfg, ck, opt)
@@ -111,6 +118,12 @@ func loadCheckpoint(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Che
 	}
 	form := detectForm(ck.Names(), cfg)
 	sp := specs(cfg, form)
+	if opt.MTP {
+		if err := checkMTP(cfg, ck.Names(), m.par); err != nil {
+			return nil, err
+		}
+		sp = append(sp, mtpSpecs(cfg, form)...)
+	}
 	if m.par != nil {
 		sp = m.par.shard(sp, cfg)
 	}

@@ -27,6 +27,7 @@ type Model struct {
 	norm   *npu.Tensor // [D]
 	lmHead *linear     // [V, D] (the embedding when tied)
 	layers []*layer
+	mtp    *mtpWeights // the MTP draft layer (nil: not loaded)
 
 	hc     npu.HCParams
 	gate   npu.KDAGateParams
@@ -46,6 +47,10 @@ type Model struct {
 
 	// observeLinear is the running batch's ObserveLinear hook.
 	observeLinear func(modules []string, x *npu.Tensor)
+
+	// pending is the engine's speculative step between SpecForward and
+	// SpecCommit.
+	pending *specPending
 }
 
 // dims are the sizes the forward pass uses, derived from the config.

@@ -76,8 +76,29 @@ func specs(c *config.ModelConfig, f weightForm) []spec {
 	}
 	add("model.embed_tokens.weight", true, d.V, d.D)
 	for l := range c.NumHiddenLayers {
+		s = append(s, layerSpecs(c, f, l, true)...)
+	}
+	add("model.norm.weight", false, d.D)
+	if f.lmHead {
+		add("lm_head.weight", true, d.V, d.D)
+	}
+	return s
+}
+
+// layerSpecs lists the tensors of decoder layer l (with its mHC
+// parameters when hc; the MTP layer has none).
+func layerSpecs(c *config.ModelConfig, f weightForm, l int, hc bool) []spec {
+	d := newDims(c)
+	var s []spec
+	add := func(name string, matrix bool, shape ...int) {
+		s = append(s, spec{name: name, shape: shape, matrix: matrix})
+	}
+	{
 		p := layerPrefix(l)
 		for _, site := range []string{"hc_attn_", "hc_ffn_"} {
+			if !hc {
+				break
+			}
 			add(p+site+"fn", false, d.mix, d.n*d.D)
 			add(p+site+"base", false, d.mix)
 			add(p+site+"scale", false, 3)
@@ -154,10 +175,6 @@ func specs(c *config.ModelConfig, f weightForm) []spec {
 			add(mp+"up_proj.weight", true, d.I, d.D)
 			add(mp+"down_proj.weight", true, d.D, d.I)
 		}
-	}
-	add("model.norm.weight", false, d.D)
-	if f.lmHead {
-		add("lm_head.weight", true, d.V, d.D)
 	}
 	return s
 }
@@ -296,10 +313,23 @@ func (a *assembler) build(m *Model, f weightForm) {
 	m.embed = a.take("model.embed_tokens.weight")
 	m.layers = make([]*layer, c.NumHiddenLayers)
 	for l := range c.NumHiddenLayers {
+		m.layers[l] = a.layer(c, d, f, l, true)
+	}
+	if _, ok := a.t[layerPrefix(c.NumHiddenLayers)+"eh_proj.weight"]; ok {
+		m.mtp = a.mtpLayer(c, d, f)
+	}
+	a.finish(m, f)
+}
+
+// layer builds decoder layer l (with mHC weights when hc).
+func (a *assembler) layer(c *config.ModelConfig, d dims, f weightForm, l int, hc bool) *layer {
+	{
 		p := layerPrefix(l)
 		ly := &layer{index: l}
-		ly.hcAttn = hcWeights{a.take(p + "hc_attn_fn"), a.take(p + "hc_attn_base"), a.take(p + "hc_attn_scale")}
-		ly.hcFFN = hcWeights{a.take(p + "hc_ffn_fn"), a.take(p + "hc_ffn_base"), a.take(p + "hc_ffn_scale")}
+		if hc {
+			ly.hcAttn = hcWeights{a.take(p + "hc_attn_fn"), a.take(p + "hc_attn_base"), a.take(p + "hc_attn_scale")}
+			ly.hcFFN = hcWeights{a.take(p + "hc_ffn_fn"), a.take(p + "hc_ffn_base"), a.take(p + "hc_ffn_scale")}
+		}
 		ly.inNorm = a.take(p + "input_layernorm.weight")
 		ly.postNorm = a.take(p + "post_attention_layernorm.weight")
 		s := p + "self_attn."
@@ -360,8 +390,14 @@ func (a *assembler) build(m *Model, f weightForm) {
 		} else {
 			ly.mlp = a.mlp(mp)
 		}
-		m.layers[l] = ly
+		return ly
 	}
+}
+
+// finish takes the final norm and head, checks that every loaded tensor
+// was used and prepares the quantized weights.
+func (a *assembler) finish(m *Model, f weightForm) {
+	c := m.cfg
 	m.norm = a.take("model.norm.weight")
 	if f.lmHead {
 		m.lmHead = a.lin("lm_head.weight")

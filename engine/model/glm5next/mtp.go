@@ -1,0 +1,235 @@
+package glm5next
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/npuserve/npuserve/engine/config"
+	"github.com/npuserve/npuserve/npu"
+)
+
+// mtpWeights is the MTP draft layer (layer num_hidden_layers of the
+// checkpoint; glm5next-features.md §2.1): enorm/hnorm over the next
+// token's embedding and the trunk's final-normed hidden state, eh_proj
+// (split into its embedding and hidden halves), one DSA + MoE block with
+// a plain residual (no mHC) and shared_head.norm. The embedding and the
+// lm_head are the trunk's.
+type mtpWeights struct {
+	enorm, hnorm, headNorm *npu.Tensor // [D]
+	eProj, hProj           *linear     // eh_proj[:, :D] and eh_proj[:, D:], [D, D]
+	block                  *layer      // DSA + MoE, hcAttn/hcFFN unset
+}
+
+// HasMTP reports whether the model has an MTP draft layer (loaded with
+// LoadOptions.MTP or added by AddRandomMTP).
+func (m *Model) HasMTP() bool { return m.mtp != nil }
+
+// mtpSpecs lists the MTP layer's tensors (checkpoint order within the
+// layer does not matter to the loader).
+func mtpSpecs(c *config.ModelConfig, f weightForm) []spec {
+	d := newDims(c)
+	L := c.NumHiddenLayers
+	p := layerPrefix(L)
+	s := layerSpecs(c, f, L, false)
+	return append(s,
+		spec{name: p + "enorm.weight", shape: []int{d.D}},
+		spec{name: p + "hnorm.weight", shape: []int{d.D}},
+		spec{name: p + "eh_proj.weight", shape: []int{d.D, 2 * d.D}, matrix: true},
+		spec{name: p + "shared_head.norm.weight", shape: []int{d.D}})
+}
+
+// checkMTP reports why the MTP layer cannot be loaded from a checkpoint
+// with these tensor names.
+func checkMTP(c *config.ModelConfig, names []string, par *parallel) error {
+	L := c.NumHiddenLayers
+	if c.NumNextnPredictLayers < 1 {
+		return fmt.Errorf("glm5next: speculative decoding (method mtp) needs an MTP layer, but config.json has num_nextn_predict_layers = %d", c.NumNextnPredictLayers)
+	}
+	if par.tp() || par.ep() {
+		return fmt.Errorf("glm5next: speculative decoding (MTP) with tensor or expert parallelism is not implemented yet")
+	}
+	want := fmt.Sprintf("layers.%d.eh_proj.weight", L)
+	for _, n := range names {
+		if strings.HasSuffix(n, want) {
+			return nil
+		}
+	}
+	return fmt.Errorf("glm5next: speculative decoding (method mtp) needs the MTP layer's weights, but the checkpoint has no model.language_model.%s (num_nextn_predict_layers = %d)", want, c.NumNextnPredictLayers)
+}
+
+// mtpLayer builds the MTP layer from the loaded tensors.
+func (a *assembler) mtpLayer(c *config.ModelConfig, d dims, f weightForm) *mtpWeights {
+	p := layerPrefix(c.NumHiddenLayers)
+	w := &mtpWeights{
+		enorm: a.take(p + "enorm.weight"), hnorm: a.take(p + "hnorm.weight"),
+		headNorm: a.take(p + "shared_head.norm.weight"),
+	}
+	eh := a.take(p + "eh_proj.weight") // [D, 2D]: row i = [e-half | h-half]
+	ie, ih := make([]int32, d.D), make([]int32, d.D)
+	for i := range d.D {
+		ie[i], ih[i] = int32(2*i), int32(2*i+1)
+	}
+	halves := eh.Reshape(2*d.D, d.D)
+	split := func(idx []int32) *npu.Tensor {
+		it, err := a.be.FromHost(npu.I32, npu.EncodeInt32s(idx), len(idx))
+		if err != nil {
+			fail(err)
+		}
+		out := a.alloc(eh.DType(), d.D, d.D)
+		a.be.Gather(out, halves, it)
+		a.be.Free(it)
+		return out
+	}
+	w.eProj = floatLinear(split(ie), module(p+"eh_proj.weight"))
+	w.hProj = floatLinear(split(ih), module(p+"eh_proj.weight"))
+	a.free(eh)
+	w.block = a.layer(c, d, f, c.NumHiddenLayers, false)
+	return w
+}
+
+// AddRandomMTP gives a model without one a random MTP layer (seeded like
+// NewRandom, float32 weights; tests and --load-format dummy).
+func (m *Model) AddRandomMTP(seed int64) error {
+	if m.mtp != nil {
+		return fmt.Errorf("glm5next: the model already has an MTP layer")
+	}
+	if m.par != nil {
+		return fmt.Errorf("glm5next: random MTP layers of a parallel model are not implemented")
+	}
+	cfg := *m.cfg
+	if cfg.NumNextnPredictLayers < 1 {
+		cfg.NumNextnPredictLayers = 1
+	}
+	form := weightForm{fusedConv: true, fusedExperts: true}
+	t := map[string]*npu.Tensor{}
+	for _, s := range mtpSpecs(&cfg, form) {
+		vals := randomInit(s, &cfg, 0.02, seed)
+		if strings.HasSuffix(s.name, "norm.weight") {
+			// Unit norms would make the draft independent of which norm is
+			// applied where; perturb them so the tests see the wiring.
+			r := randomInit(spec{name: s.name + "#", shape: s.shape}, &cfg, 0.1, seed)
+			for i := range vals {
+				vals[i] += r[i]
+			}
+		}
+		if strings.HasSuffix(s.name, "eh_proj.weight") || strings.Contains(s.name, "self_attn.") || strings.Contains(s.name, "mlp.") {
+			for i := range vals {
+				vals[i] *= 4 // a livelier block than initializer_range gives
+			}
+		}
+		x, err := m.be.FromHost(npu.F32, npu.EncodeFloats(vals, npu.F32), s.shape...)
+		if err != nil {
+			for _, y := range t {
+				m.be.Free(y)
+			}
+			return err
+		}
+		t[s.name] = x
+	}
+	a := newAssembler(m.be, t)
+	err := func() (err error) {
+		defer func() {
+			if e := stepFailure(recover()); e != nil {
+				err = e
+			}
+		}()
+		m.mtp = a.mtpLayer(&cfg, m.d, form)
+		return nil
+	}()
+	if err != nil {
+		return err
+	}
+	for x := range a.owned {
+		m.owned = append(m.owned, x)
+	}
+	return nil
+}
+
+// MTPForward runs the MTP layer over batch b: each row is a trunk position
+// t, h [rows, D] the trunk's final-normed hidden state there and b.Tokens
+// the token at t+1. It writes the MTP layer's cache rows and returns the
+// draft logits [R, V] and post-shared_head.norm hidden states g [R, D] of
+// b.LogitRows (the caller frees both). The embedding of a row at
+// position 0 is zeroed (vLLM's rule).
+func (m *Model) MTPForward(c *Cache, b *Batch, h *npu.Tensor) (logits, g *npu.Tensor, err error) {
+	defer func() {
+		if e := stepFailure(recover()); e != nil {
+			logits, g, err = nil, nil, e
+		}
+	}()
+	ids := m.ws.upload("mtp.ids", b.Tokens)
+	logits, g = m.mtpForward(c, b, h, ids)
+	return logits, g, nil
+}
+
+// mtpForward is MTPForward with the tokens in a device tensor ids (I32
+// [rows]; b.Tokens then only needs valid placeholder ids).
+func (m *Model) mtpForward(c *Cache, b *Batch, h, ids *npu.Tensor) (*npu.Tensor, *npu.Tensor) {
+	if m.mtp == nil {
+		panic("glm5next: MTPForward on a model without an MTP layer")
+	}
+	if c.MTP.Latent == nil {
+		panic("glm5next: MTPForward on a cache made before the MTP layer was added")
+	}
+	be, d, w := m.be, m.d, m.mtp
+	p := m.prepare(c, b)
+	T := p.rows
+	if h.Dim(0) != T || h.Dim(1) != d.D {
+		panic(fmt.Sprintf("glm5next: MTP hidden %v for %d rows", h, T))
+	}
+	R := p.nLogits
+	logits, err := be.Alloc(npu.F32, R, d.V)
+	if err != nil {
+		fail(err)
+	}
+	g, err := be.Alloc(npu.F32, R, d.D)
+	if err != nil {
+		be.Free(logits)
+		fail(err)
+	}
+	if T == 0 {
+		return logits, g
+	}
+	e := m.ws.get("mtp.e", npu.F32, T, d.D)
+	be.Embedding(e, m.embed, ids)
+	L := &b.Layout
+	for s := range L.NumSeqs() {
+		if L.Pos[s] == 0 && L.SeqRows(s) > 0 {
+			be.Fill(e.Rows(L.QueryStart[s], L.QueryStart[s]+1), 0)
+		}
+	}
+	en := m.ws.get("mtp.en", npu.F32, T, d.D)
+	be.RMSNorm(en, e, w.enorm, d.RMSEps)
+	hn := m.ws.get("mtp.hn", npu.F32, T, d.D)
+	be.RMSNorm(hn, h, w.hnorm, d.RMSEps)
+	ue := m.ws.get("mtp.ue", npu.F32, T, d.D)
+	uh := m.ws.get("mtp.uh", npu.F32, T, d.D)
+	m.linear(ue, en, w.eProj)
+	m.linear(uh, hn, w.hProj)
+	u0 := m.ws.get("mtp.u0", npu.F32, T, d.D)
+	be.Add(u0, ue, uh)
+
+	x := m.ws.get("h", npu.F32, T, d.D)
+	out := m.ws.get("sublayer", npu.F32, T, d.D)
+	be.RMSNorm(x, u0, w.block.inNorm, d.RMSEps)
+	m.dsa(out, x, w.block, &c.MTP, b, p)
+	m.tpAllReduce(out)
+	a := m.ws.get("mtp.a", npu.F32, T, d.D)
+	be.Add(a, u0, out)
+	be.RMSNorm(x, a, w.block.postNorm, d.RMSEps)
+	m.moeFFN(out, x, w.block.moe, T)
+	m.tpAllReduce(out)
+	u1 := m.ws.get("mtp.u1", npu.F32, T, d.D)
+	be.Add(u1, a, out)
+	if R == 0 {
+		return logits, g
+	}
+	rows := u1
+	if p.logitRows != nil {
+		rows = m.ws.get("mtp.rows", npu.F32, R, d.D)
+		be.Gather(rows, u1, p.logitRows)
+	}
+	be.RMSNorm(g, rows, w.headNorm, d.RMSEps)
+	m.lmLogits(logits, g)
+	return logits, g
+}

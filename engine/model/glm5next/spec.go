@@ -1,0 +1,361 @@
+package glm5next
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/npuserve/npuserve/npu"
+)
+
+// SpecSeq is one sequence under MTP speculative decoding
+// (glm5next-features.md §2.2): the trunk and MTP caches hold positions
+// < Pos, Next is the last emitted token (position Pos, not yet in the
+// cache) and Drafts the MTP's guesses for positions Pos+1.. (empty: the
+// sequence decodes one token this step, as without speculation).
+type SpecSeq struct {
+	Slot   int     // state slot
+	Blocks []int32 // block table covering every position the step writes (Pos+k)
+	Pos    int
+	Next   int32
+	Drafts []int32
+}
+
+// Acceptor decides what a sequence emits from its verify logits: rows[j]
+// are the target logits after [Next, d_1..d_j] (len(drafts)+1 rows); it
+// returns the emitted tokens (the accepted drafts then one corrected or
+// bonus token, 1..len(drafts)+1 of them; their count minus one is the
+// accepted draft count).
+type Acceptor func(seq int, rows [][]float32, drafts []int32) []int32
+
+// SpecStep runs one speculative step for seqs: one target forward over
+// [Next, d_1..d_k] of every sequence (k+1 rows, all logits), acceptance,
+// rollback of the KDA conv window and recurrent state of sequences that
+// rejected a draft, and the next drafts (k of them; k = 0 drafts nothing).
+// Rollback is "backup and replay": before the verify forward each drafted
+// sequence's KDA state is copied to its backup slot; a sequence that
+// accepts a < len(Drafts) drafts gets the backup back and the a+1 accepted
+// inputs replayed through the trunk (one extra forward of those rows for
+// all such sequences together), so the state equals a+1 plain decode
+// steps. DSA latents and pooled keys need no rollback: rows at positions
+// >= Pos are rewritten before any valid query reads them, and a pool is
+// recomputed by the batch that writes its last position.
+// It returns the emitted tokens per sequence and updates Pos, Next and
+// Drafts. The sync points are the verify logits' download and the drafts'
+// download.
+func (m *Model) SpecStep(c *Cache, seqs []*SpecSeq, k int, accept Acceptor) ([][]int32, error) {
+	if m.mtp == nil && k > 0 {
+		return nil, fmt.Errorf("glm5next: speculative decoding needs an MTP layer")
+	}
+	be := m.be
+	var b Batch
+	b.Layout = npu.BatchLayout{QueryStart: []int{0}, BlockSize: c.BlockSize}
+	for _, s := range seqs {
+		b.Tokens = append(b.Tokens, s.Next)
+		b.Tokens = append(b.Tokens, s.Drafts...)
+		m.addSeq(&b.Layout, s, 1+len(s.Drafts))
+	}
+	b.LogitRows = make([]int, len(b.Tokens))
+	for i := range b.LogitRows {
+		b.LogitRows[i] = i
+	}
+	for _, s := range seqs {
+		if len(s.Drafts) > 0 {
+			m.copyState(c, c.StateSlots+s.Slot, s.Slot)
+		}
+	}
+	logits, hidden, err := m.ForwardHidden(c, &b)
+	if err != nil {
+		return nil, err
+	}
+	defer be.Free(hidden)
+	rows, err := DownloadRows(be, logits)
+	be.Free(logits)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]int32, len(seqs))
+	var replay Batch
+	replay.Layout = npu.BatchLayout{QueryStart: []int{0}, BlockSize: c.BlockSize}
+	replay.LogitRows = []int{}
+	for i, s := range seqs {
+		r0 := b.Layout.QueryStart[i]
+		toks := accept(i, rows[r0:r0+1+len(s.Drafts)], s.Drafts)
+		if len(toks) < 1 || len(toks) > len(s.Drafts)+1 {
+			return nil, fmt.Errorf("glm5next: acceptor emitted %d tokens for %d drafts", len(toks), len(s.Drafts))
+		}
+		a := len(toks) - 1
+		if a < len(s.Drafts) {
+			m.copyState(c, s.Slot, c.StateSlots+s.Slot)
+			replay.Tokens = append(replay.Tokens, s.Next)
+			replay.Tokens = append(replay.Tokens, s.Drafts[:a]...)
+			m.addSeq(&replay.Layout, s, a+1)
+		}
+		out[i] = toks
+	}
+	if len(replay.Tokens) > 0 {
+		l, err := m.Forward(c, &replay)
+		if err != nil {
+			return nil, err
+		}
+		be.Free(l)
+	}
+	if k == 0 {
+		for i, s := range seqs {
+			s.Pos += len(out[i])
+			s.Next, s.Drafts = out[i][len(out[i])-1], nil
+		}
+		return out, nil
+	}
+	// Draft-extend: the MTP over (h of the accepted verify rows, the token
+	// after each), then the chain.
+	var ext Batch
+	ext.Layout = npu.BatchLayout{QueryStart: []int{0}, BlockSize: c.BlockSize}
+	var hrows []int32
+	for i, s := range seqs {
+		r0 := b.Layout.QueryStart[i]
+		for j := range out[i] {
+			hrows = append(hrows, int32(r0+j))
+		}
+		ext.Tokens = append(ext.Tokens, out[i]...)
+		m.addSeq(&ext.Layout, s, len(out[i]))
+	}
+	h := m.ws.get("spec.h", npu.F32, len(hrows), m.d.D)
+	be.Gather(h, hidden, m.ws.upload("spec.hrows", hrows))
+	for i, s := range seqs {
+		s.Pos += len(out[i])
+		s.Next = out[i][len(out[i])-1]
+	}
+	drafts, err := m.draft(c, &ext, h, seqs, k)
+	if err != nil {
+		return nil, err
+	}
+	for i, s := range seqs {
+		s.Drafts = drafts[i]
+	}
+	return out, nil
+}
+
+// SpecPrefill runs the trunk over a new sequence's prompt (s.Pos = 0,
+// s.Next unused), picks its first token with first (from the last row's
+// logits), runs the MTP over the prompt and drafts k tokens. s then holds
+// Pos = len(prompt), Next = the first token and the drafts.
+func (m *Model) SpecPrefill(c *Cache, s *SpecSeq, prompt []int32, k int, first func(logits []float32) int32) error {
+	var b Batch
+	b.Layout = npu.BatchLayout{QueryStart: []int{0}, BlockSize: c.BlockSize}
+	b.Tokens = prompt
+	m.addSeq(&b.Layout, s, len(prompt))
+	b.LogitRows = make([]int, len(prompt))
+	for i := range b.LogitRows {
+		b.LogitRows[i] = i
+	}
+	logits, hidden, err := m.ForwardHidden(c, &b)
+	if err != nil {
+		return err
+	}
+	defer m.be.Free(hidden)
+	rows, err := DownloadRows(m.be, logits)
+	m.be.Free(logits)
+	if err != nil {
+		return err
+	}
+	next := first(rows[len(rows)-1])
+	if k == 0 {
+		s.Pos, s.Next, s.Drafts = len(prompt), next, nil
+		return nil
+	}
+	var ext Batch
+	ext.Layout = b.Layout
+	ext.Tokens = append(append([]int32{}, prompt[1:]...), next)
+	s.Pos, s.Next = len(prompt), next
+	d, err := m.draft(c, &ext, hidden, []*SpecSeq{s}, k)
+	if err != nil {
+		return err
+	}
+	s.Drafts = d[0]
+	return nil
+}
+
+// draft runs the MTP extend batch ext (hidden h, one row per accepted
+// position) and the k-1 chained steps (post-norm hidden recycled, greedy
+// drafts chosen on the device), then downloads the k drafts per sequence.
+// seqs already hold their new Pos (the chain writes positions Pos..Pos+k-2).
+func (m *Model) draft(c *Cache, ext *Batch, h *npu.Tensor, seqs []*SpecSeq, k int) (drafts [][]int32, err error) {
+	defer func() {
+		if e := stepFailure(recover()); e != nil {
+			drafts, err = nil, e
+		}
+	}()
+	be, B := m.be, len(seqs)
+	logits, g := m.mtpForward(c, ext, h, m.ws.upload("mtp.ids", ext.Tokens))
+	all := m.ws.get("spec.drafts", npu.I32, k, B)
+	vals := m.ws.get("spec.topv", npu.F32, B, 1)
+	be.TopK(vals, all.Rows(0, 1).Reshape(B, 1), logits, 1)
+	be.Free(logits)
+	var step Batch
+	step.Tokens = make([]int32, B)
+	for j := 1; j < k; j++ {
+		step.Layout = npu.BatchLayout{QueryStart: []int{0}, BlockSize: c.BlockSize}
+		for _, s := range seqs {
+			sj := *s
+			sj.Pos = s.Pos + j - 1
+			m.addSeq(&step.Layout, &sj, 1)
+		}
+		gh := m.ws.get("spec.g", npu.F32, B, m.d.D)
+		be.Copy(gh, g)
+		be.Free(g)
+		var l *npu.Tensor
+		l, g = m.mtpForward(c, &step, gh, all.Rows(j-1, j).Reshape(B))
+		be.TopK(vals, all.Rows(j, j+1).Reshape(B, 1), l, 1)
+		be.Free(l)
+	}
+	be.Free(g)
+	host, err := npu.DownloadI32(be, all)
+	if err != nil {
+		return nil, err
+	}
+	drafts = make([][]int32, B)
+	for i := range B {
+		for j := range k {
+			drafts[i] = append(drafts[i], host[j*B+i])
+		}
+	}
+	return drafts, nil
+}
+
+// addSeq appends sequence s with n rows at s.Pos to layout l.
+func (m *Model) addSeq(l *npu.BatchLayout, s *SpecSeq, n int) {
+	l.QueryStart = append(l.QueryStart, l.QueryStart[len(l.QueryStart)-1]+n)
+	l.Pos = append(l.Pos, s.Pos)
+	l.StateSlot = append(l.StateSlot, s.Slot)
+	l.BlockTables = append(l.BlockTables, s.Blocks)
+}
+
+// copyState copies the KDA conv window and recurrent state of slot src to
+// slot dst (rows of the cache's doubled KDA tensors).
+func (m *Model) copyState(c *Cache, dst, src int) {
+	for l := range c.Layers {
+		lc := &c.Layers[l]
+		if lc.State == nil {
+			continue
+		}
+		if lc.Conv.Numel() > 0 {
+			m.be.Copy(lc.Conv.Rows(dst, dst+1), lc.Conv.Rows(src, src+1))
+		}
+		m.be.Copy(lc.State.Rows(dst, dst+1), lc.State.Rows(src, src+1))
+	}
+}
+
+// GreedyAccept is the greedy acceptance rule (vLLM
+// rejection_greedy_sample): accept drafts while each equals the argmax of
+// the row before it; emit the argmax at the first mismatch, or the bonus
+// argmax of the last row when all match.
+func GreedyAccept(rows [][]float32, drafts []int32) []int32 {
+	var out []int32
+	for j, r := range rows {
+		t := int32(argmax(r))
+		out = append(out, t)
+		if j == len(drafts) || t != drafts[j] {
+			break
+		}
+	}
+	return out
+}
+
+// RejectionAccept is the rejection sampler for greedy (point-mass) drafts
+// at temperature > 0 (vLLM rejection_random_sample with NO_DRAFT_PROBS):
+// draft d_j is accepted with probability p_{j-1}(d_j); on rejection a token
+// is drawn from p_{j-1} with d_j removed (normalize(max(p - q, 0)) for a
+// one-hot q); after k acceptances the bonus token is drawn from p_k. p are
+// softmax(logits / temperature). The emitted tokens are distributed
+// exactly as temperature sampling without speculation; r is the
+// request's seeded generator.
+func RejectionAccept(rows [][]float32, drafts []int32, temperature float64, r *rand.Rand) []int32 {
+	var out []int32
+	for j, row := range rows {
+		p := softmaxT(row, temperature)
+		if j == len(drafts) {
+			return append(out, sampleFrom(p, r))
+		}
+		d := drafts[j]
+		if r.Float64() < p[d] {
+			out = append(out, d)
+			continue
+		}
+		p[d] = 0
+		return append(out, sampleFrom(p, r))
+	}
+	return out
+}
+
+// softmaxT is softmax(logits / t) in float64.
+func softmaxT(logits []float32, t float64) []float64 {
+	mx := math.Inf(-1)
+	for _, v := range logits {
+		mx = math.Max(mx, float64(v))
+	}
+	p := make([]float64, len(logits))
+	sum := 0.0
+	for i, v := range logits {
+		p[i] = math.Exp((float64(v) - mx) / t)
+		sum += p[i]
+	}
+	for i := range p {
+		p[i] /= sum
+	}
+	return p
+}
+
+// sampleFrom draws an index from the unnormalised weights p.
+func sampleFrom(p []float64, r *rand.Rand) int32 {
+	sum := 0.0
+	for _, v := range p {
+		sum += v
+	}
+	u := r.Float64() * sum
+	last := int32(0)
+	for i, v := range p {
+		if v > 0 {
+			last = int32(i)
+		}
+		if u < v {
+			return int32(i)
+		}
+		u -= v
+	}
+	return last
+}
+
+// SpecStats are the speculative-decoding counters with vLLM's metric
+// names (glm5next-features.md §2.6): vllm:spec_decode_num_drafts,
+// vllm:spec_decode_num_draft_tokens, vllm:spec_decode_num_accepted_tokens
+// and vllm:spec_decode_num_accepted_tokens_per_pos{position}.
+type SpecStats struct {
+	Drafts, DraftTokens, Accepted int64
+	PerPos                        []int64
+}
+
+// Observe records one drafted sequence's step: numDraft tokens proposed,
+// accepted of them taken (positions 0..accepted-1 count one each).
+func (s *SpecStats) Observe(numDraft, accepted int) {
+	if numDraft == 0 {
+		return
+	}
+	s.Drafts++
+	s.DraftTokens += int64(numDraft)
+	s.Accepted += int64(accepted)
+	for len(s.PerPos) < numDraft {
+		s.PerPos = append(s.PerPos, 0)
+	}
+	for i := range accepted {
+		s.PerPos[i]++
+	}
+}
+
+// MeanAcceptanceLength is 1 + accepted/drafts (the bonus token included).
+func (s *SpecStats) MeanAcceptanceLength() float64 {
+	if s.Drafts == 0 {
+		return 0
+	}
+	return 1 + float64(s.Accepted)/float64(s.Drafts)
+}
