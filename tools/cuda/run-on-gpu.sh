@@ -64,6 +64,7 @@ session)
 			;;
 		bench)
 			for cfg in ${BENCH_CONFIGS:-small slice}; do
+				echo "--- $cfg"
 				timeout ${BENCH_S:-200} .gpu/npuserve bench decode --device cuda --config configs/$cfg/config.json \
 					--batch ${BENCH_BATCH:-1,8,32,128} --context ${BENCH_CONTEXT:-1024} --steps ${BENCH_STEPS:-16} 2>&1 | tee "$out/bench-$cfg.log" || rc=1
 			done
@@ -72,8 +73,7 @@ session)
 			timeout ${HF_S:-200} python3 tools/bench/hf_decode.py --config configs/small/config.json --batch 1,16 --context 64 --steps 32 2>&1 | tail -5 | tee "$out/hf-decode.log" || rc=1
 			;;
 		selftest)
-			timeout ${SELFTEST_S:-120} .gpu/npuserve selftest --device cuda >"$out/selftest.txt" 2>&1 || rc=1
-			tail -4 "$out/selftest.txt"
+			[ -z "${SELFTEST_JSON_ONLY:-}" ] && { timeout ${SELFTEST_S:-120} .gpu/npuserve selftest --device cuda >"$out/selftest.txt" 2>&1 || rc=1; tail -4 "$out/selftest.txt"; }
 			timeout ${SELFTEST_S:-120} .gpu/npuserve selftest --device cuda --json >"$out/selftest.json" 2>/dev/null
 			;;
 		mtp)
@@ -84,6 +84,8 @@ session)
 			;;
 		esac
 	done
+	# One archive: the device tool brings back a few files only.
+	(cd "$out" && tar czf ../results.tgz . && rm -rf ./* && mv ../results.tgz .)
 	exit $rc
 	;;
 run)
