@@ -114,7 +114,6 @@ type RowReduction struct {
 	NaN, PosInf int       // the row's NaN and +Inf entries
 }
 
-
 // DownloadRows copies an F32 tensor [rows, n] (logits) to the host: the
 // synchronisation point between device and host.
 func DownloadRows(be npu.Backend, t *npu.Tensor) ([][]float32, error) {
