@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"os"
 	"testing"
 
 	"github.com/npuserve/npuserve/npu"
@@ -15,52 +14,14 @@ import (
 // with 8K tokens of context, and a 4K-token prefill (after 4K cached
 // tokens for the attention ops). Not a correctness test.
 func TestGPUThroughputAttn(t *testing.T) {
-	if os.Getenv("NPUSERVE_CUDA_BENCH") != "1" {
-		t.Skip("set NPUSERVE_CUDA_BENCH=1 to measure")
-	}
-	b := gpu(t)
-	ev0, err := drvEventCreate(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev1, _ := drvEventCreate(b.ctx)
-	defer drvEventDestroy(b.ctx, ev0)
-	defer drvEventDestroy(b.ctx, ev1)
-	timed := func(reps int, fn func()) float64 {
-		fn()
-		if err := b.Sync(); err != nil {
-			t.Fatal(err)
-		}
-		_ = drvEventRecord(b.ctx, ev0, b.stream)
-		for range reps {
-			fn()
-		}
-		_ = drvEventRecord(b.ctx, ev1, b.stream)
-		if err := b.Sync(); err != nil {
-			t.Fatal(err)
-		}
-		ms, err := drvEventElapsed(b.ctx, ev0, ev1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return float64(ms) / float64(reps)
-	}
-	alloc := func(dt npu.DType, shape ...int) *npu.Tensor { return npu.Must(b.Alloc(dt, shape...)) }
+	g := newGPUBench(t)
+	b, timed, alloc := g.b, g.timed, g.alloc
 	fill := func(ts ...*npu.Tensor) {
 		for i, x := range ts {
 			b.Fill(x, 0.01*float32(i+1))
 		}
 	}
-	report := func(name string, ms, bytes, flops float64) {
-		line := fmt.Sprintf("%-52s %9.3f ms", name, ms)
-		if bytes > 0 {
-			line += fmt.Sprintf("  %7.0f GB/s", bytes/ms/1e6)
-		}
-		if flops > 0 {
-			line += fmt.Sprintf("  %7.2f TFLOP/s", flops/ms/1e9)
-		}
-		t.Log(line)
-	}
+	report := func(name string, ms, bytes, flops float64) { g.report(52, name, ms, bytes, flops) }
 	const bs = 64
 	// layout: B sequences of rows new rows after ctx cached tokens each,
 	// contiguous blocks, one state slot each.

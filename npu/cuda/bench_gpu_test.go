@@ -12,49 +12,9 @@ import (
 // H200's ceilings (memory bandwidth, tensor-core rate) when
 // NPUSERVE_CUDA_BENCH=1; it is not a correctness test.
 func TestGPUThroughput(t *testing.T) {
-	if os.Getenv("NPUSERVE_CUDA_BENCH") != "1" {
-		t.Skip("set NPUSERVE_CUDA_BENCH=1 to measure")
-	}
-	b := gpu(t)
-	ev0, err := drvEventCreate(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev1, _ := drvEventCreate(b.ctx)
-	defer drvEventDestroy(b.ctx, ev0)
-	defer drvEventDestroy(b.ctx, ev1)
-	// timed runs fn once to warm up, then reps times between two events,
-	// and returns the milliseconds per run.
-	timed := func(reps int, fn func()) float64 {
-		fn()
-		if err := b.Sync(); err != nil {
-			t.Fatal(err)
-		}
-		_ = drvEventRecord(b.ctx, ev0, b.stream)
-		for range reps {
-			fn()
-		}
-		_ = drvEventRecord(b.ctx, ev1, b.stream)
-		if err := b.Sync(); err != nil {
-			t.Fatal(err)
-		}
-		ms, err := drvEventElapsed(b.ctx, ev0, ev1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return float64(ms) / float64(reps)
-	}
-	alloc := func(dt npu.DType, shape ...int) *npu.Tensor { return npu.Must(b.Alloc(dt, shape...)) }
-	report := func(name string, ms, bytes, flops float64) {
-		line := fmt.Sprintf("%-44s %9.3f ms", name, ms)
-		if bytes > 0 {
-			line += fmt.Sprintf("  %7.0f GB/s", bytes/ms/1e6)
-		}
-		if flops > 0 {
-			line += fmt.Sprintf("  %7.1f TFLOP/s", flops/ms/1e9)
-		}
-		t.Log(line)
-	}
+	g := newGPUBench(t)
+	b, timed, alloc := g.b, g.timed, g.alloc
+	report := func(name string, ms, bytes, flops float64) { g.report(44, name, ms, bytes, flops) }
 
 	n := 1 << 29 // 2 GiB of F32
 	a, c := alloc(npu.F32, n), alloc(npu.F32, n)
@@ -103,4 +63,72 @@ func TestGPUThroughput(t *testing.T) {
 		b.Free(om)
 	}
 	SplitBF16 = true
+}
+
+// gpuBench times ops with CUDA events for the throughput tests, which run
+// only with NPUSERVE_CUDA_BENCH=1 (they are measurements, not checks).
+type gpuBench struct {
+	t        *testing.T
+	b        *Backend
+	ev0, ev1 uintptr
+}
+
+// newGPUBench skips unless NPUSERVE_CUDA_BENCH=1 and a GPU is usable.
+func newGPUBench(t *testing.T) *gpuBench {
+	if os.Getenv("NPUSERVE_CUDA_BENCH") != "1" {
+		t.Skip("set NPUSERVE_CUDA_BENCH=1 to measure")
+	}
+	g := &gpuBench{t: t, b: gpu(t)}
+	var err error
+	if g.ev0, err = drvEventCreate(g.b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if g.ev1, err = drvEventCreate(g.b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		drvEventDestroy(g.b.ctx, g.ev0)
+		drvEventDestroy(g.b.ctx, g.ev1)
+	})
+	return g
+}
+
+// timed runs fn once to warm up, then reps times between two events, and
+// returns the milliseconds per run.
+func (g *gpuBench) timed(reps int, fn func()) float64 {
+	fn()
+	if err := g.b.Sync(); err != nil {
+		g.t.Fatal(err)
+	}
+	_ = drvEventRecord(g.b.ctx, g.ev0, g.b.stream)
+	for range reps {
+		fn()
+	}
+	_ = drvEventRecord(g.b.ctx, g.ev1, g.b.stream)
+	if err := g.b.Sync(); err != nil {
+		g.t.Fatal(err)
+	}
+	ms, err := drvEventElapsed(g.b.ctx, g.ev0, g.ev1)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return float64(ms) / float64(reps)
+}
+
+// alloc allocates a tensor for a measurement.
+func (g *gpuBench) alloc(dt npu.DType, shape ...int) *npu.Tensor {
+	return npu.Must(g.b.Alloc(dt, shape...))
+}
+
+// report logs one measurement: time, and GB/s and TFLOP/s where bytes or
+// flops are given.
+func (g *gpuBench) report(width int, name string, ms, bytes, flops float64) {
+	line := fmt.Sprintf("%-*s %9.3f ms", width, name, ms)
+	if bytes > 0 {
+		line += fmt.Sprintf("  %7.0f GB/s", bytes/ms/1e6)
+	}
+	if flops > 0 {
+		line += fmt.Sprintf("  %7.1f TFLOP/s", flops/ms/1e9)
+	}
+	g.t.Log(line)
 }

@@ -3,7 +3,6 @@ package cuda
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/npuserve/npuserve/npu"
@@ -16,47 +15,9 @@ import (
 // experts the routing touches, each once) and TFLOP/s. Not a correctness
 // test.
 func TestGPUMoEThroughput(t *testing.T) {
-	if os.Getenv("NPUSERVE_CUDA_BENCH") != "1" {
-		t.Skip("set NPUSERVE_CUDA_BENCH=1 to measure")
-	}
-	b := gpu(t)
-	ev0, err := drvEventCreate(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev1, _ := drvEventCreate(b.ctx)
-	defer drvEventDestroy(b.ctx, ev0)
-	defer drvEventDestroy(b.ctx, ev1)
-	timed := func(reps int, fn func()) float64 {
-		fn()
-		if err := b.Sync(); err != nil {
-			t.Fatal(err)
-		}
-		_ = drvEventRecord(b.ctx, ev0, b.stream)
-		for range reps {
-			fn()
-		}
-		_ = drvEventRecord(b.ctx, ev1, b.stream)
-		if err := b.Sync(); err != nil {
-			t.Fatal(err)
-		}
-		ms, err := drvEventElapsed(b.ctx, ev0, ev1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return float64(ms) / float64(reps)
-	}
-	alloc := func(dt npu.DType, shape ...int) *npu.Tensor { return npu.Must(b.Alloc(dt, shape...)) }
-	report := func(name string, ms, bytes, flops float64) {
-		line := fmt.Sprintf("%-52s %9.3f ms", name, ms)
-		if bytes > 0 {
-			line += fmt.Sprintf("  %7.0f GB/s", bytes/ms/1e6)
-		}
-		if flops > 0 {
-			line += fmt.Sprintf("  %7.1f TFLOP/s", flops/ms/1e9)
-		}
-		t.Log(line)
-	}
+	g := newGPUBench(t)
+	b, timed, alloc := g.b, g.timed, g.alloc
+	report := func(name string, ms, bytes, flops float64) { g.report(52, name, ms, bytes, flops) }
 
 	const D, I, E, k = 4096, 2048, 64, 8
 	r := rand.New(rand.NewPCG(1, 2))
