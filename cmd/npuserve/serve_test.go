@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/npuserve/npuserve/npu/nputest"
 	"io"
 	"net"
 	"net/http"
@@ -22,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/npuserve/npuserve/npu/nputest"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"

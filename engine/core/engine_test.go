@@ -3,8 +3,6 @@ package core
 import (
 	"errors"
 	"fmt"
-	"github.com/npuserve/npuserve/engine/model"
-	"github.com/npuserve/npuserve/npu/nputest"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -18,9 +16,11 @@ import (
 
 	"github.com/npuserve/npuserve/engine/config"
 	"github.com/npuserve/npuserve/engine/internal/runner"
+	"github.com/npuserve/npuserve/engine/model"
 	"github.com/npuserve/npuserve/engine/model/glm5next"
 	"github.com/npuserve/npuserve/engine/sampling"
 	"github.com/npuserve/npuserve/npu"
+	"github.com/npuserve/npuserve/npu/nputest"
 )
 
 const tinyDir = "../../testdata/glm5next/tiny"

@@ -3,8 +3,6 @@ package core
 import (
 	"errors"
 	"fmt"
-	"github.com/npuserve/npuserve/engine/model"
-	"github.com/npuserve/npuserve/npu/nputest"
 	"slices"
 	"strings"
 	"sync"
@@ -13,9 +11,11 @@ import (
 	"time"
 
 	"github.com/npuserve/npuserve/engine/config"
+	"github.com/npuserve/npuserve/engine/model"
 	"github.com/npuserve/npuserve/engine/model/glm5next"
 	"github.com/npuserve/npuserve/engine/sampling"
 	"github.com/npuserve/npuserve/npu"
+	"github.com/npuserve/npuserve/npu/nputest"
 )
 
 // fakeDP is an in-process lockstep group: Sync is a barrier over n

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/npuserve/npuserve/npu/nputest"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/npuserve/npuserve/hccl"
+	"github.com/npuserve/npuserve/npu/nputest"
 )
 
 func TestSettingsDiff(t *testing.T) {

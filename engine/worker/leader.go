@@ -3,12 +3,12 @@ package worker
 import (
 	"errors"
 	"fmt"
-	"github.com/npuserve/npuserve/engine/model"
 	"sync"
 	"time"
 
 	"github.com/npuserve/npuserve/engine/config"
 	"github.com/npuserve/npuserve/engine/core"
+	"github.com/npuserve/npuserve/engine/model"
 	"github.com/npuserve/npuserve/engine/model/glm5next"
 	"github.com/npuserve/npuserve/hccl"
 	"github.com/npuserve/npuserve/npu"

@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/npuserve/npuserve/engine/model"
-	"github.com/npuserve/npuserve/npu/nputest"
 	"io"
 	"math"
 	"os"
@@ -22,11 +20,13 @@ import (
 
 	"github.com/npuserve/npuserve/engine/core"
 	"github.com/npuserve/npuserve/engine/kvcache"
+	"github.com/npuserve/npuserve/engine/model"
 	"github.com/npuserve/npuserve/engine/model/glm5next"
 	"github.com/npuserve/npuserve/engine/sampling"
 	"github.com/npuserve/npuserve/engine/worker"
 	"github.com/npuserve/npuserve/hccl"
 	"github.com/npuserve/npuserve/npu"
+	"github.com/npuserve/npuserve/npu/nputest"
 )
 
 // Multi-process tests: the test binary re-executes itself once per rank

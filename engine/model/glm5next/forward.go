@@ -2,9 +2,9 @@ package glm5next
 
 import (
 	"fmt"
-	"github.com/npuserve/npuserve/engine/model"
 	"math"
 
+	"github.com/npuserve/npuserve/engine/model"
 	"github.com/npuserve/npuserve/npu"
 )
 

@@ -2,7 +2,6 @@ package glm5next
 
 import (
 	"fmt"
-	"github.com/npuserve/npuserve/npu/nputest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"github.com/npuserve/npuserve/engine/config"
 	"github.com/npuserve/npuserve/engine/safetensors"
 	"github.com/npuserve/npuserve/npu"
+	"github.com/npuserve/npuserve/npu/nputest"
 )
 
 // kdaOnly is a configuration without DSA layers, so these tests exercise

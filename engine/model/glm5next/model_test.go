@@ -3,7 +3,6 @@ package glm5next
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/npuserve/npuserve/npu/nputest"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/npuserve/npuserve/engine/config"
 	"github.com/npuserve/npuserve/engine/kvcache"
 	"github.com/npuserve/npuserve/npu"
+	"github.com/npuserve/npuserve/npu/nputest"
 )
 
 // testConfigJSON is a tiny glm5_next text config; over replaces fields. The

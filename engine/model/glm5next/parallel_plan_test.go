@@ -2,12 +2,12 @@ package glm5next
 
 import (
 	"fmt"
-	"github.com/npuserve/npuserve/npu/nputest"
 	"testing"
 
 	"github.com/npuserve/npuserve/engine/config"
 	"github.com/npuserve/npuserve/hccl"
 	"github.com/npuserve/npuserve/npu"
+	"github.com/npuserve/npuserve/npu/nputest"
 )
 
 // placeholderComm is a communicator of the right size and rank for

@@ -3,7 +3,6 @@ package glm5next_test
 import (
 	"errors"
 	"fmt"
-	"github.com/npuserve/npuserve/npu/nputest"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/npuserve/npuserve/engine/model/glm5next"
 	"github.com/npuserve/npuserve/hccl"
 	"github.com/npuserve/npuserve/npu"
+	"github.com/npuserve/npuserve/npu/nputest"
 )
 
 // In-process parallel ranks: one goroutine and one CPU backend per rank,

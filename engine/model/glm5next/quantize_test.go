@@ -3,7 +3,6 @@ package glm5next_test
 import (
 	"encoding/json"
 	"errors"
-	"github.com/npuserve/npuserve/npu/nputest"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"github.com/npuserve/npuserve/engine/model/glm5next"
 	"github.com/npuserve/npuserve/engine/safetensors"
 	"github.com/npuserve/npuserve/npu"
+	"github.com/npuserve/npuserve/npu/nputest"
 	"github.com/npuserve/npuserve/quant"
 )
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/npuserve/npuserve/npu/nputest"
 	"math"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"github.com/npuserve/npuserve/engine/config"
 	"github.com/npuserve/npuserve/engine/safetensors"
 	"github.com/npuserve/npuserve/npu"
+	"github.com/npuserve/npuserve/npu/nputest"
 	"github.com/npuserve/npuserve/quant"
 )
 

@@ -2,7 +2,6 @@ package glm5next_test
 
 import (
 	"fmt"
-	"github.com/npuserve/npuserve/npu/nputest"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"github.com/npuserve/npuserve/engine/model/glm5next"
 	"github.com/npuserve/npuserve/engine/safetensors"
 	"github.com/npuserve/npuserve/npu"
+	"github.com/npuserve/npuserve/npu/nputest"
 	"github.com/npuserve/npuserve/quant"
 )
 

@@ -2,8 +2,8 @@ package glm5next
 
 import (
 	"fmt"
-	"github.com/npuserve/npuserve/engine/model"
 
+	"github.com/npuserve/npuserve/engine/model"
 	"github.com/npuserve/npuserve/npu"
 )
 
