@@ -37,11 +37,13 @@ test: fmt-check vet
 	NPUSERVE_TEST_DEVICE=cpu-async $(GO) test -count=1 -timeout 20m $(ASYNC_PKGS)
 
 ## test-cuda: the CUDA backend's tests with the GPU required (they fail,
-## rather than skip, where no GPU is usable): run on a GPU host, or build
-## the binary here and carry it there with tools/cuda/run-on-gpu.sh.
+## rather than skip, where no GPU is usable), then the model's golden
+## fixtures on --device cuda: run on a GPU host, or build the binaries here
+## and carry them there with tools/cuda/run-on-gpu.sh (build-all, session).
 .PHONY: test-cuda
 test-cuda:
 	NPUSERVE_CUDA_TEST=1 CGO_ENABLED=1 $(GO) test -count=1 -v ./npu/cuda/
+	NPUSERVE_TEST_DEVICE=cuda CGO_ENABLED=1 $(GO) test -count=1 ./engine/model/glm5next/
 
 vet:
 	$(GO) vet ./...
