@@ -19,11 +19,15 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	binPath = filepath.Join(dir, "npuserve")
-	out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-	if err != nil {
-		os.Stderr.Write(out)
-		os.Exit(1)
+	// NPUSERVE_TEST_BINARY runs the tests against a binary built
+	// elsewhere (the GPU host has no Go: tools/cuda/run-on-gpu.sh).
+	if binPath = os.Getenv("NPUSERVE_TEST_BINARY"); binPath == "" {
+		binPath = filepath.Join(dir, "npuserve")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			os.Stderr.Write(out)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	stopServers() // serve_test.go

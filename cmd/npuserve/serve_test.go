@@ -907,9 +907,19 @@ func TestBenchServe(t *testing.T) {
 // serve command's flags unless they choose a device, so that the serving
 // tests also run on the checking cpu-async backend. A --quantization
 // without --device is left alone: those tests check the device it implies.
+//
+// On an accelerator (a device other than the two CPU backends) it also
+// asks for an fp32 cache unless the flags choose one: the goldens the
+// serving tests compare with are fp32 references, and accelerators
+// default to a bf16 cache.
 func withTestDevice(flags []string) []string {
-	if d := nputest.Device(); d != "cpu" && !slices.Contains(flags, "--device") && !slices.Contains(flags, "--quantization") {
-		return append(flags[:len(flags):len(flags)], "--device", d)
+	d := nputest.Device()
+	if d == "cpu" || slices.Contains(flags, "--device") || slices.Contains(flags, "--quantization") {
+		return flags
+	}
+	flags = append(flags[:len(flags):len(flags)], "--device", d)
+	if d != "cpu-async" && !slices.Contains(flags, "--kv-cache-dtype") {
+		flags = append(flags, "--kv-cache-dtype", "float32")
 	}
 	return flags
 }

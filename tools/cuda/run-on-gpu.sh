@@ -30,15 +30,16 @@ build-all)
 	CGO_ENABLED=1 go test -c -ldflags='-s -w' -o .gpu/cuda.test ./npu/cuda/ || exit 1
 	CGO_ENABLED=1 go test -c -ldflags='-s -w' -o .gpu/glm5next.test ./engine/model/glm5next/ || exit 1
 	CGO_ENABLED=1 go build -ldflags='-s -w' -o .gpu/npuserve ./cmd/npuserve || exit 1
+	CGO_ENABLED=1 go test -c -ldflags='-s -w' -o .gpu/cmd.test ./cmd/npuserve/ || exit 1
 	rm -f .gpu/*.xz
-	xz -T0 -6 .gpu/cuda.test .gpu/glm5next.test .gpu/npuserve || exit 1
+	xz -T0 -6 .gpu/cuda.test .gpu/glm5next.test .gpu/npuserve .gpu/cmd.test || exit 1
 	ls -la .gpu
 	;;
 session)
 	out=${OUT:-$root/.gpu/out}
 	mkdir -p "$out"
 	for f in .gpu/*.xz; do xz -dkf "$f"; done
-	chmod +x .gpu/cuda.test .gpu/glm5next.test .gpu/npuserve
+	chmod +x .gpu/*.test .gpu/npuserve
 	export NPUSERVE_CACHE_DIR=$root/.gpu/cache NPUSERVE_CUDA_TEST=1
 	nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$out/nvidia-smi.txt"
 	lscpu | grep -E 'Model name|^CPU\(s\)' | tee "$out/lscpu.txt"
@@ -71,6 +72,13 @@ session)
 			;;
 		hf)
 			timeout ${HF_S:-200} python3 tools/bench/hf_decode.py --config configs/small/config.json --batch 1,16 --context 64 --steps 32 2>&1 | tail -5 | tee "$out/hf-decode.log" || rc=1
+			;;
+		serve)
+			# The serving tests (OpenAI SDK, goldens through the server,
+			# bad inputs, soak, shutdown) against serve --device cuda.
+			(cd cmd/npuserve && NPUSERVE_TEST_BINARY="$root/.gpu/npuserve" NPUSERVE_TEST_DEVICE=cuda timeout ${SERVE_S:-240} "$root/.gpu/cmd.test" -test.v -test.count=1 -test.timeout=230s \
+				-test.run "${SERVE_RUN:-^(TestServeSDK|TestServeGolden|TestServeBadInputs|TestServeSoak|TestServeShutdown|TestServeOptions)\$}") >"$out/serve-test.log" 2>&1 || rc=1
+			grep -E '^(--- FAIL|FAIL|ok|PASS|panic)' "$out/serve-test.log" | head -20
 			;;
 		selftest)
 			[ -z "${SELFTEST_JSON_ONLY:-}" ] && { timeout ${SELFTEST_S:-120} .gpu/npuserve selftest --device cuda >"$out/selftest.txt" 2>&1 || rc=1; tail -4 "$out/selftest.txt"; }
