@@ -220,6 +220,7 @@ func TestGPUSparseMLA(t *testing.T) {
 		{3, 5, 7, 37, []int{9, 1, 0, 4}, []int{0, 40, 3, 11}, 21},
 		{17, 16, 8, 300, []int{1, 1, 1}, []int{70, 5, 129}, 80},
 		{2, 32, 32, 64, []int{30}, []int{100}, 45},
+		{8, 16, 16, 64, []int{1, 1}, []int{600, 450}, 500}, // decode: the latents split across blocks
 	} {
 		for _, ldt := range []npu.DType{npu.F32, npu.BF16} {
 			for _, wdt := range floatTypes {

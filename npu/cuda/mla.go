@@ -13,6 +13,10 @@ const (
 	mlaHG      = 16   // heads per attention block
 	mlaMaxR    = 1024 // latent rank: 256 threads × MLA_RC columns
 	mlaWaveBuf = 256 << 20
+	// mlaSplitBlocks is the attention grid below which a wave's latents
+	// are split across blocks (flash-decoding): about two blocks per SM
+	// of an H200 (132 SMs).
+	mlaSplitBlocks = 264
 )
 
 // SparseMLA is NoPE multi-head latent attention over the positions selected
@@ -107,9 +111,28 @@ func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Seq
 		tiles := (n + mlaQT - 1) / mlaQT
 		b.launchShared("k_mla_qlat", d2(tiles, H), d1(256), 4*mlaQT*dk,
 			z.ptr, b.ptr(q), b.ptr(kvB), wdt, pI32(t0), pI32(n), pI32(H), pI32(dk), pI32(dv), pI32(R))
-		b.launchShared("k_mla_attn", d2(n, (H+hg-1)/hg), d1(256), attnShared,
-			z.ptr, b.ptr(latents), ldt, rows.ptr, counts.ptr, pI32(t0), pI32(H), pI32(R), pI32(max(width, 1)),
-			pI32(hg), pF32(scale))
+		groups := (H + hg - 1) / hg
+		ptiles := (width + mlaPS - 1) / mlaPS // latent tiles of the widest row
+		splits, tps := 1, max(ptiles, 1)
+		if n*groups < mlaSplitBlocks && ptiles > 1 {
+			splits = min(ptiles, mlaSplitBlocks/(n*groups))
+			tps = (ptiles + splits - 1) / splits
+			splits = (ptiles + tps - 1) / tps
+		}
+		if splits == 1 {
+			b.launchShared("k_mla_attn", d2(n, groups), d1(256), attnShared,
+				z.ptr, b.ptr(latents), ldt, rows.ptr, counts.ptr, pI32(t0), pI32(H), pI32(R), pI32(max(width, 1)),
+				pI32(hg), pF32(scale), pI32(tps), uint64(0), uint64(0), uint64(0))
+		} else {
+			part := b.temp(4 * splits * n * H * (R + 2))
+			pm, pl := part.ptr, part.ptr+uint64(4*splits*n*H)
+			pacc := pl + uint64(4*splits*n*H)
+			b.launchShared("k_mla_attn", dim3{uint32(n), uint32(groups), uint32(splits)}, d1(256), attnShared,
+				z.ptr, b.ptr(latents), ldt, rows.ptr, counts.ptr, pI32(t0), pI32(H), pI32(R), pI32(max(width, 1)),
+				pI32(hg), pF32(scale), pI32(tps), pm, pl, pacc)
+			b.launch("k_mla_combine", d2(n, H), d1(256), 0, z.ptr, pm, pl, pacc, pI32(splits), pI32(n), pI32(H), pI32(R))
+			b.freeBuf(part)
+		}
 		b.launchShared("k_mla_out", d2(tiles, H), d1(256), 4*mlaQT*R,
 			b.ptr(out), z.ptr, b.ptr(kvB), wdt, pI32(t0), pI32(n), pI32(H), pI32(dk), pI32(dv), pI32(R))
 	}

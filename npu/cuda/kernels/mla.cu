@@ -143,12 +143,17 @@ extern "C" __global__ void k_mla_qlat(float *qlat, const float *q, const void *k
 #define MLA_HG 16 // heads per block, at most
 #define MLA_RC 4  // latent columns per thread, at most (R <= 256*MLA_RC)
 
-// k_mla_attn: grid (n, ceil(H/hg)), 256 threads; dynamic shared memory
-// (hg*R + 32*(R+1) + hg*33 + 3*hg) floats + 32 ints. z [n, H, R] holds q̃
-// on entry and Σ_s p_s c_s (normalised) on exit, for rows t0..t0+n.
+// k_mla_attn: grid (n, ceil(H/hg), splits), 256 threads; dynamic shared
+// memory (hg*R + 32*(R+1) + hg*33 + 3*hg) floats + 32 ints. z [n, H, R]
+// holds q̃ on entry. With one split (pacc NULL) it holds Σ_s p_s c_s
+// (normalised) on exit, for rows t0..t0+n. With several (flash-decoding:
+// a decode batch has too few rows to fill the GPU), split blockIdx.z
+// covers the row's latents [z*tps*32, (z+1)*tps*32) and writes its
+// running max, sum and unnormalised accumulator to pm, pl [splits, n, H]
+// and pacc [splits, n, H, R]; k_mla_combine merges them into z.
 extern "C" __global__ __launch_bounds__(256) void k_mla_attn(float *z, const void *lat, int ldt, const int *rows,
 							     const int *counts, int t0, int H, int R, int width, int hg,
-							     float scale) {
+							     float scale, int tps, float *pm, float *pl, float *pacc) {
 	extern __shared__ float sh[];
 	const int tr = blockIdx.x, t = t0 + tr, h0 = blockIdx.y * hg, ng = min(hg, H - h0);
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -172,9 +177,10 @@ extern "C" __global__ __launch_bounds__(256) void k_mla_attn(float *z, const voi
 			acc[c][h] = 0;
 		}
 	}
-	const int n = counts[t];
 	const int *rr = rows + (i64)t * width;
-	for (int s0 = 0; s0 < n; s0 += MLA_PS) {
+	const int sBeg = pacc == NULL ? 0 : blockIdx.z * tps * MLA_PS;
+	const int n = pacc == NULL ? counts[t] : min(counts[t], sBeg + tps * MLA_PS);
+	for (int s0 = sBeg; s0 < n; s0 += MLA_PS) {
 		__syncthreads(); // the previous tile has been used
 		if (tid < MLA_PS) {
 			idx[tid] = s0 + tid < n ? rr[s0 + tid] : -1;
@@ -237,6 +243,26 @@ extern "C" __global__ __launch_bounds__(256) void k_mla_attn(float *z, const voi
 		}
 	}
 	__syncthreads();
+	if (pacc != NULL) {
+		const i64 pr = ((i64)blockIdx.z * gridDim.x + tr) * H + h0;
+		if (tid < ng) {
+			pm[pr + tid] = ms[tid];
+			pl[pr + tid] = lsum[tid];
+		}
+#pragma unroll
+		for (int c = 0; c < MLA_RC; c++) {
+			const int r = tid + c * 256;
+			if (r < R) {
+#pragma unroll
+				for (int h = 0; h < MLA_HG; h++) {
+					if (h < ng) {
+						pacc[(pr + h) * R + r] = acc[c][h];
+					}
+				}
+			}
+		}
+		return;
+	}
 #pragma unroll
 	for (int c = 0; c < MLA_RC; c++) {
 		const int r = tid + c * 256;
@@ -249,6 +275,37 @@ extern "C" __global__ __launch_bounds__(256) void k_mla_attn(float *z, const voi
 				}
 			}
 		}
+	}
+}
+
+// k_mla_combine: grid (n, H), 256 threads. Merges the splits of
+// k_mla_attn (pm, pl [splits, n, H], pacc [splits, n, H, R]) into z
+// [n, H, R]: with M the largest split max, z = Σ_s e^(m_s-M) acc_s /
+// Σ_s e^(m_s-M) l_s (zeros for a row without latents).
+extern "C" __global__ void k_mla_combine(float *z, const float *pm, const float *pl, const float *pacc, int splits,
+					 int n, int H, int R) {
+	const int tr = blockIdx.x, h = blockIdx.y;
+	const i64 stride = (i64)n * H;
+	const i64 at = (i64)tr * H + h;
+	float M = neg_inf();
+	for (int sp = 0; sp < splits; sp++) {
+		M = fmaxf(M, pm[sp * stride + at]);
+	}
+	float L = 0;
+	for (int sp = 0; sp < splits; sp++) {
+		const float m = pm[sp * stride + at];
+		L += m == neg_inf() ? 0.0f : expf(m - M) * pl[sp * stride + at];
+	}
+	const float inv = L > 0 ? (float)(1.0 / (double)L) : 0.0f;
+	for (int r = threadIdx.x; r < R; r += blockDim.x) {
+		float v = 0;
+		for (int sp = 0; sp < splits; sp++) {
+			const float m = pm[sp * stride + at];
+			if (m != neg_inf()) {
+				v += expf(m - M) * pacc[(sp * stride + at) * R + r];
+			}
+		}
+		z[at * R + r] = L > 0 ? v * inv : 0.0f;
 	}
 }
 
