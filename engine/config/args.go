@@ -239,7 +239,7 @@ type flagSpec struct {
 var (
 	quantizationChoices = []string{"ascend", "fp8", "mxfp8", "modelopt_mxfp8", "w8a8", "w8a8_dynamic", "w8a8_mxfp8"}
 	dtypeChoices        = []string{"auto", "half", "float16", "bfloat16", "float", "float32"}
-	kvCacheDtypeChoices = []string{"auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "int8"}
+	kvCacheDtypeChoices = []string{"auto", "bfloat16", "float16", "float32", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "int8"}
 	loadFormatChoices   = []string{"auto", "safetensors", "dummy"}
 	loadStrategyChoices = []string{"lazy", "eager", "prefetch", "torchao"}
 	parserChoices       = []string{"glm45", "glm47"}

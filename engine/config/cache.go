@@ -8,7 +8,9 @@ import (
 
 // CacheDType is the element type of the paged cache (DSA latents, raw
 // indexer keys and gates, pooled keys) on a backend: --kv-cache-dtype
-// bfloat16 or float16 as given; auto, and the fp8/int8 choices (not
+// bfloat16, float16 or float32 as given (float32 is npuserve's addition
+// to vLLM's choices: the reference precision, e.g. to compare an
+// accelerator with the fp32 goldens); auto, and the fp8/int8 choices (not
 // implemented: WithoutEffect reports them), keep float32 on the host
 // backends (the numerical reference) and the activation dtype (bfloat16
 // unless --dtype says otherwise) on accelerators. The KDA conv window and
@@ -16,7 +18,7 @@ import (
 // the model all take the cache dtype from here.
 func CacheDType(kvCacheDtype, backend, activation string) string {
 	switch kvCacheDtype {
-	case fmtBF16, fmtF16:
+	case fmtBF16, fmtF16, fmtF32:
 		return kvCacheDtype
 	}
 	if HostBackend(backend) {
@@ -41,7 +43,7 @@ func CacheNPUDType(name string) npu.DType {
 }
 
 // cacheHonored reports whether --kv-cache-dtype v is implemented.
-func cacheHonored(v string) bool { return v == "auto" || v == fmtBF16 || v == fmtF16 }
+func cacheHonored(v string) bool { return v == "auto" || v == fmtBF16 || v == fmtF16 || v == fmtF32 }
 
 // CacheFootprint fills the per-token and per-sequence byte counts of one
 // rank's cache for model c with elem-byte cache elements and TP ranks

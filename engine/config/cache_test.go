@@ -19,6 +19,7 @@ func TestCacheDType(t *testing.T) {
 		{"auto", "cuda", fmtF16, fmtF16, false},
 		{"bfloat16", "cpu", fmtF32, fmtBF16, false},
 		{"float16", "ascend", fmtBF16, fmtF16, false},
+		{"float32", "cuda", fmtBF16, fmtF32, false},
 		{"fp8", "cpu", fmtF32, fmtF32, true},
 		{"int8", "ascend", fmtBF16, fmtBF16, true},
 	}
