@@ -47,20 +47,27 @@ func benchCommand() *cli.Command {
 
 // decodeResult is one line of `bench decode` output.
 type decodeResult struct {
-	Batch          int     `json:"batch"`
-	Context        int     `json:"context"`
-	Steps          int     `json:"steps"`
-	MsPerStep      float64 `json:"ms_per_step"`
-	TokensPerS     float64 `json:"tokens_per_s"`
-	WeightBytes    int64   `json:"weight_bytes_per_step"`
-	CacheBytes     int64   `json:"cache_bytes_per_step"`
-	CopyGBps       float64 `json:"copy_bandwidth_gb_s"`
-	FloorTokensPS  float64 `json:"floor_tokens_per_s"`
-	FractionFloor  float64 `json:"fraction_of_floor"`
-	Params         int64   `json:"params"`
-	ActiveParams   int64   `json:"active_params"`
-	Threads        int     `json:"threads"`
-	ExpertsTouched float64 `json:"experts_touched_per_moe_layer"`
+	Batch         int     `json:"batch"`
+	Context       int     `json:"context"`
+	Steps         int     `json:"steps"`
+	MsPerStep     float64 `json:"ms_per_step"`
+	TokensPerS    float64 `json:"tokens_per_s"`
+	WeightBytes   int64   `json:"weight_bytes_per_step"`
+	CacheBytes    int64   `json:"cache_bytes_per_step"`
+	CopyGBps      float64 `json:"copy_bandwidth_gb_s"`
+	FloorTokensPS float64 `json:"floor_tokens_per_s"`
+	FractionFloor float64 `json:"fraction_of_floor"`
+	Params        int64   `json:"params"`
+	ActiveParams  int64   `json:"active_params"`
+	// PrefillMs is the wall time of the last sequence's prefill of Context
+	// tokens (one forward, synchronised); PrefillTFLOPs counts the
+	// matmul FLOPs of the active parameters only (2·active·Context), the
+	// figure compared with the device's GEMM rate.
+	PrefillMs       float64 `json:"prefill_ms"`
+	PrefillTokensPS float64 `json:"prefill_tokens_per_s"`
+	PrefillTFLOPs   float64 `json:"prefill_matmul_tflop_s"`
+	Threads         int     `json:"threads"`
+	ExpertsTouched  float64 `json:"experts_touched_per_moe_layer"`
 }
 
 func runBenchDecode(c *cli.Context) error {
@@ -171,6 +178,7 @@ func benchDecodeOnce(m *glm5next.Model, B, ctxLen, steps int) (decodeResult, err
 	be := m.Backend()
 	defer cache.Free(be)
 	r := rand.New(rand.NewPCG(1, 2))
+	var prefill time.Duration
 	seqs := make([]*kvcache.Seq, B)
 	for i := range seqs {
 		if seqs[i], err = mgr.Allocate(); err != nil {
@@ -184,9 +192,17 @@ func benchDecodeOnce(m *glm5next.Model, B, ctxLen, steps int) (decodeResult, err
 		if err := mgr.Append(seqs[i], ctxLen); err != nil {
 			return decodeResult{}, err
 		}
+		t0 := time.Now()
 		lg, err := m.Forward(cache, &glm5next.Batch{Tokens: toks, Layout: mgr.Layout(seqs[i:i+1], []int{ctxLen})})
 		if err != nil {
 			return decodeResult{}, err
+		}
+		if i == len(seqs)-1 { // the last prefill is timed (the earlier ones warmed up)
+			if err := be.Sync(); err != nil {
+				be.Free(lg)
+				return decodeResult{}, err
+			}
+			prefill = time.Since(t0)
 		}
 		be.Free(lg)
 	}
@@ -217,7 +233,10 @@ func benchDecodeOnce(m *glm5next.Model, B, ctxLen, steps int) (decodeResult, err
 		}
 	}
 	ms := float64(elapsed.Microseconds()) / 1e3 / float64(steps)
-	return decodeResult{Batch: B, Context: ctxLen, Steps: steps, MsPerStep: ms, TokensPerS: float64(B) * 1e3 / ms}, nil
+	pms := float64(prefill.Microseconds()) / 1e3
+	active := cfg.ParamCount().Active
+	return decodeResult{Batch: B, Context: ctxLen, Steps: steps, MsPerStep: ms, TokensPerS: float64(B) * 1e3 / ms,
+		PrefillMs: pms, PrefillTokensPS: float64(ctxLen) * 1e3 / pms, PrefillTFLOPs: 2 * float64(active) * float64(ctxLen) / (pms * 1e9)}, nil
 }
 
 // deviceCopyBandwidth measures an accelerator's memory bandwidth the
