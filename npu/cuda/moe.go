@@ -106,9 +106,19 @@ func (b *Backend) gemmF(c, a, tok, w uint64, wdt int, scale uint64, group int, r
 			c, a, tok, w, pI32(wdt), scale, pI32(group), off, pI32(M), pI32(N), pI32(K), pBool(vec))
 		return
 	}
+	if wdt == dtypeCode(npu.BF16) && group == 0 && moeTensorCores {
+		b.launch("k_moe_gemm_tc", d2((N+moeBN-1)/moeBN, ys), d1(256), 0,
+			c, a, tok, w, tiles, ntiles, off, pI32(M), pI32(N), pI32(K))
+		return
+	}
 	b.launch("k_moe_gemm_f", d2((N+moeBN-1)/moeBN, ys), d1(256), 0,
 		c, a, tok, w, pI32(wdt), scale, pI32(group), tiles, ntiles, off, pI32(M), pI32(N), pI32(K))
 }
+
+// moeTensorCores selects the tensor-core form of the tiled grouped GEMM
+// for BF16 experts (k_moe_gemm_tc: split-precision activations, fp32
+// accumulation); the fp32 CUDA-core form serves the other dtypes.
+const moeTensorCores = true
 
 // moeBN is the column tile of the tiled GEMMs (MOE_BN, QI8_BN).
 const moeBN = 64

@@ -191,6 +191,99 @@ extern "C" __global__ __launch_bounds__(256) void k_moe_gemm_f(float *C, const f
 	}
 }
 
+#define MOE_TK 32 // K step of the tensor-core GEMM
+#define MOE_TP 8  // row padding (bf16 elements) of its shared tiles
+
+// mma_bf16 is one m16n8k16 tensor-core MMA, bf16 inputs, fp32 accumulate.
+__device__ __forceinline__ void mma_bf16(float *c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+		     "{%0,%1,%2,%3};"
+		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// k_moe_gemm_tc is k_moe_gemm_f for BF16 weights on the tensor cores: the
+// fp32 A rows are split into bf16 hi + lo parts (hi = bf16(a), lo =
+// bf16(a - hi)) and C = hi·Wᵀ + lo·Wᵀ with fp32 accumulation, which keeps
+// about 16 bits of A (the dense MatMul's split-precision form). Same
+// tiles and addressing as k_moe_gemm_f; 256 threads = 8 warps, each a
+// 16x32 piece of the 64x64 block tile; K in steps of 32.
+extern "C" __global__ __launch_bounds__(256) void k_moe_gemm_tc(float *C, const float *A, const int *tok,
+								const u16 *W, const int *tiles, const int *ntiles,
+								const int *off, int M, int N, int K) {
+	__shared__ __align__(16) u16 Ah[MOE_BM][MOE_TK + MOE_TP];
+	__shared__ __align__(16) u16 Al[MOE_BM][MOE_TK + MOE_TP];
+	__shared__ __align__(16) u16 Bs[MOE_BN][MOE_TK + MOE_TP];
+	int e, r0, r1;
+	if (!moe_tile(tiles, ntiles, off, M, MOE_BM, e, r0, r1)) {
+		return;
+	}
+	const int n0 = blockIdx.x * MOE_BN;
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int wm = (warp & 3) * 16, wn = (warp >> 2) * 32;
+	const int g = lane >> 2, q = lane & 3;
+	const i64 wbase = (i64)e * N * K;
+	// Loader roles: 8 consecutive k of one row of each tile per thread.
+	const int lr = tid >> 2, lk = (tid & 3) * 8;
+	const int ar = r0 + lr;
+	const bool aok = ar < r1;
+	const i64 arow = aok ? (i64)(tok ? tok[ar] : ar) * K : 0;
+	const int bn = n0 + lr;
+	const bool bok = bn < N;
+	float acc[4][4];
+#pragma unroll
+	for (int j = 0; j < 4; j++) {
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			acc[j][i] = 0.0f;
+		}
+	}
+	for (int k0 = 0; k0 < K; k0 += MOE_TK) {
+#pragma unroll
+		for (int i = 0; i < 8; i++) {
+			const int k = k0 + lk + i;
+			const float a = (aok && k < K) ? A[arow + k] : 0.0f;
+			const u16 hi = f32_to_bf16(a);
+			Ah[lr][lk + i] = hi;
+			Al[lr][lk + i] = f32_to_bf16(a - bf16_to_f32(hi));
+			Bs[lr][lk + i] = (bok && k < K) ? W[wbase + (i64)bn * K + k] : (u16)0;
+		}
+		__syncthreads();
+#pragma unroll
+		for (int kk = 0; kk < MOE_TK; kk += 16) {
+			const int c0 = kk + 2 * q;
+			const u32 h0 = *(const u32 *)&Ah[wm + g][c0], h1 = *(const u32 *)&Ah[wm + g + 8][c0];
+			const u32 h2 = *(const u32 *)&Ah[wm + g][c0 + 8], h3 = *(const u32 *)&Ah[wm + g + 8][c0 + 8];
+			const u32 l0 = *(const u32 *)&Al[wm + g][c0], l1 = *(const u32 *)&Al[wm + g + 8][c0];
+			const u32 l2 = *(const u32 *)&Al[wm + g][c0 + 8], l3 = *(const u32 *)&Al[wm + g + 8][c0 + 8];
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				const int nn = wn + 8 * j + g;
+				const u32 b0 = *(const u32 *)&Bs[nn][c0], b1 = *(const u32 *)&Bs[nn][c0 + 8];
+				mma_bf16(acc[j], l0, l1, l2, l3, b0, b1);
+				mma_bf16(acc[j], h0, h1, h2, h3, b0, b1);
+			}
+		}
+		__syncthreads();
+	}
+#pragma unroll
+	for (int j = 0; j < 4; j++) {
+		const int n = n0 + wn + 8 * j + 2 * q;
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			const int r = r0 + wm + g + 8 * h;
+			if (r < r1) {
+				if (n < N) {
+					C[(i64)r * N + n] = acc[j][2 * h];
+				}
+				if (n + 1 < N) {
+					C[(i64)r * N + n + 1] = acc[j][2 * h + 1];
+				}
+			}
+		}
+	}
+}
+
 // decode8 widens 8 consecutive weights starting at element i (i % 8 == 0,
 // 16-byte aligned halves or 8-byte aligned E4M3) into wf.
 __device__ __forceinline__ void decode8(float *wf, const void *W, i64 i, int wdt, const u8 *scale, i64 srow, int k,
