@@ -107,8 +107,9 @@ func (b *Backend) gemmF(c, a, tok, w uint64, wdt int, scale uint64, group int, r
 		return
 	}
 	if wdt == dtypeCode(npu.BF16) && group == 0 && moeTensorCores {
+		vec := K%8 == 0 && a%16 == 0 && w%16 == 0
 		b.launch("k_moe_gemm_tc", d2((N+moeBN-1)/moeBN, ys), d1(256), 0,
-			c, a, tok, w, tiles, ntiles, off, pI32(M), pI32(N), pI32(K))
+			c, a, tok, w, tiles, ntiles, off, pI32(M), pI32(N), pI32(K), pBool(vec))
 		return
 	}
 	b.launch("k_moe_gemm_f", d2((N+moeBN-1)/moeBN, ys), d1(256), 0,

@@ -203,16 +203,17 @@ __device__ __forceinline__ void mma_bf16(float *c, u32 a0, u32 a1, u32 a2, u32 a
 }
 
 // k_moe_gemm_tc is k_moe_gemm_f for BF16 weights on the tensor cores: the
-// fp32 A rows are split into bf16 hi + lo parts (hi = bf16(a), lo =
-// bf16(a - hi)) and C = hi·Wᵀ + lo·Wᵀ with fp32 accumulation, which keeps
-// about 16 bits of A (the dense MatMul's split-precision form). Same
-// tiles and addressing as k_moe_gemm_f; 256 threads = 8 warps, each a
-// 16x32 piece of the 64x64 block tile; K in steps of 32.
+// fp32 A rows are split into three bf16 parts (hi = bf16(a), mid =
+// bf16(a - hi), lo = bf16(a - hi - mid): 24 bits of a, all of an fp32
+// mantissa) and C = lo·Wᵀ + mid·Wᵀ + hi·Wᵀ with fp32 accumulation, so
+// results agree with the fp32 CUDA-core form to fp32 rounding. Same tiles
+// and addressing as k_moe_gemm_f; 256 threads = 8 warps, each a 16x32
+// piece of the 64x64 block tile; K in steps of 32. vec (host-checked: K %
+// 8 == 0, A and W 16-byte aligned) loads 8 elements at a time.
 extern "C" __global__ __launch_bounds__(256) void k_moe_gemm_tc(float *C, const float *A, const int *tok,
 								const u16 *W, const int *tiles, const int *ntiles,
-								const int *off, int M, int N, int K) {
-	__shared__ __align__(16) u16 Ah[MOE_BM][MOE_TK + MOE_TP];
-	__shared__ __align__(16) u16 Al[MOE_BM][MOE_TK + MOE_TP];
+								const int *off, int M, int N, int K, int vec) {
+	__shared__ __align__(16) u16 As[3][MOE_BM][MOE_TK + MOE_TP];
 	__shared__ __align__(16) u16 Bs[MOE_BN][MOE_TK + MOE_TP];
 	int e, r0, r1;
 	if (!moe_tile(tiles, ntiles, off, M, MOE_BM, e, r0, r1)) {
@@ -239,29 +240,71 @@ extern "C" __global__ __launch_bounds__(256) void k_moe_gemm_tc(float *C, const 
 		}
 	}
 	for (int k0 = 0; k0 < K; k0 += MOE_TK) {
+		const int kb = k0 + lk;
+		float a[8];
+		u16 w[8];
+		if (vec && kb + 8 <= K) {
+			if (aok) {
+				const float4 x0 = *(const float4 *)(A + arow + kb), x1 = *(const float4 *)(A + arow + kb + 4);
+				a[0] = x0.x, a[1] = x0.y, a[2] = x0.z, a[3] = x0.w, a[4] = x1.x, a[5] = x1.y, a[6] = x1.z, a[7] = x1.w;
+			} else {
+#pragma unroll
+				for (int i = 0; i < 8; i++) {
+					a[i] = 0.0f;
+				}
+			}
+			if (bok) {
+				const uint4 v = *(const uint4 *)(W + wbase + (i64)bn * K + kb);
+				const u32 vv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					w[2 * i] = (u16)(vv[i] & 0xffffu);
+					w[2 * i + 1] = (u16)(vv[i] >> 16);
+				}
+			} else {
+#pragma unroll
+				for (int i = 0; i < 8; i++) {
+					w[i] = 0;
+				}
+			}
+		} else {
+#pragma unroll
+			for (int i = 0; i < 8; i++) {
+				const int k = kb + i;
+				a[i] = (aok && k < K) ? A[arow + k] : 0.0f;
+				w[i] = (bok && k < K) ? W[wbase + (i64)bn * K + k] : (u16)0;
+			}
+		}
 #pragma unroll
 		for (int i = 0; i < 8; i++) {
-			const int k = k0 + lk + i;
-			const float a = (aok && k < K) ? A[arow + k] : 0.0f;
-			const u16 hi = f32_to_bf16(a);
-			Ah[lr][lk + i] = hi;
-			Al[lr][lk + i] = f32_to_bf16(a - bf16_to_f32(hi));
-			Bs[lr][lk + i] = (bok && k < K) ? W[wbase + (i64)bn * K + k] : (u16)0;
+			const u16 hi = f32_to_bf16(a[i]);
+			const float r1f = a[i] - bf16_to_f32(hi);
+			const u16 mid = f32_to_bf16(r1f);
+			As[0][lr][lk + i] = hi;
+			As[1][lr][lk + i] = mid;
+			As[2][lr][lk + i] = f32_to_bf16(r1f - bf16_to_f32(mid));
+			Bs[lr][lk + i] = w[i];
 		}
 		__syncthreads();
 #pragma unroll
 		for (int kk = 0; kk < MOE_TK; kk += 16) {
 			const int c0 = kk + 2 * q;
-			const u32 h0 = *(const u32 *)&Ah[wm + g][c0], h1 = *(const u32 *)&Ah[wm + g + 8][c0];
-			const u32 h2 = *(const u32 *)&Ah[wm + g][c0 + 8], h3 = *(const u32 *)&Ah[wm + g + 8][c0 + 8];
-			const u32 l0 = *(const u32 *)&Al[wm + g][c0], l1 = *(const u32 *)&Al[wm + g + 8][c0];
-			const u32 l2 = *(const u32 *)&Al[wm + g][c0 + 8], l3 = *(const u32 *)&Al[wm + g + 8][c0 + 8];
+			u32 fa[3][4];
+#pragma unroll
+			for (int p = 2; p >= 0; p--) {
+				fa[p][0] = *(const u32 *)&As[p][wm + g][c0];
+				fa[p][1] = *(const u32 *)&As[p][wm + g + 8][c0];
+				fa[p][2] = *(const u32 *)&As[p][wm + g][c0 + 8];
+				fa[p][3] = *(const u32 *)&As[p][wm + g + 8][c0 + 8];
+			}
 #pragma unroll
 			for (int j = 0; j < 4; j++) {
 				const int nn = wn + 8 * j + g;
 				const u32 b0 = *(const u32 *)&Bs[nn][c0], b1 = *(const u32 *)&Bs[nn][c0 + 8];
-				mma_bf16(acc[j], l0, l1, l2, l3, b0, b1);
-				mma_bf16(acc[j], h0, h1, h2, h3, b0, b1);
+#pragma unroll
+				for (int p = 2; p >= 0; p--) { // smallest part first
+					mma_bf16(acc[j], fa[p][0], fa[p][1], fa[p][2], fa[p][3], b0, b1);
+				}
 			}
 		}
 		__syncthreads();
