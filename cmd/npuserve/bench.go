@@ -206,6 +206,16 @@ func benchDecodeOnce(m *glm5next.Model, B, ctxLen, steps int) (decodeResult, err
 		}
 		be.Free(lg)
 	}
+	// A backend's kernel profile (cuda with NPUSERVE_CUDA_PROFILE=1), by
+	// phase, to stderr.
+	profile := func(phase string) {
+		if p, ok := be.(interface{ Profile() string }); ok {
+			if s := p.Profile(); s != "" {
+				fmt.Fprintf(os.Stderr, "%s, batch %d, context %d: %s", phase, B, ctxLen, s)
+			}
+		}
+	}
+	profile("prefill")
 	rows := make([]int, B)
 	toks := make([]int32, B)
 	var elapsed time.Duration
@@ -232,6 +242,7 @@ func benchDecodeOnce(m *glm5next.Model, B, ctxLen, steps int) (decodeResult, err
 			elapsed += time.Since(t0)
 		}
 	}
+	profile("decode")
 	ms := float64(elapsed.Microseconds()) / 1e3 / float64(steps)
 	pms := float64(prefill.Microseconds()) / 1e3
 	active := cfg.ParamCount().Active

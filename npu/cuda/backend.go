@@ -25,8 +25,9 @@ import (
 // Download or RunOnStream. A fault inside a kernel (an illegal address)
 // is fatal to a CUDA context: every later call reports it.
 type Backend struct {
-	ordinal int // device index on the host (OpenOptions.Device)
-	dev     int // CUdevice
+	prof    *profiler // kernel profile (NPUSERVE_CUDA_PROFILE=1), else nil
+	ordinal int       // device index on the host (OpenOptions.Device)
+	dev     int       // CUdevice
 	ctx     uintptr
 	stream  uintptr
 	name    string
@@ -76,7 +77,7 @@ func New(ordinal int) (*Backend, error) {
 	if ordinal < 0 || ordinal >= n {
 		return nil, fmt.Errorf("GPU %d of %d: %w", ordinal, n, npu.ErrUnavailable)
 	}
-	b := &Backend{ordinal: ordinal, plans: map[planKey]uintptr{}}
+	b := &Backend{ordinal: ordinal, plans: map[planKey]uintptr{}, prof: newProfiler()}
 	if b.dev, err = drvDeviceGet(ordinal); err != nil {
 		return nil, err
 	}
@@ -209,6 +210,9 @@ func (b *Backend) fail(err error) {
 // work enqueued since the last report.
 func (b *Backend) Sync() error {
 	err := drvStreamSync(b.ctx, b.stream)
+	if b.prof != nil && err == nil {
+		b.prof.collect(b)
+	}
 	b.releasePending()
 	if err != nil {
 		err = fmt.Errorf("cuda: the stream failed: %w", err)
@@ -266,6 +270,9 @@ func (b *Backend) launch(name string, grid, block dim3, shmem int, args ...uint6
 	n := copy(b.args[:], args)
 	if n != len(args) {
 		panic(fmt.Sprintf("cuda: kernel %s has %d parameters, the shim takes %d", name, len(args), len(b.args)))
+	}
+	if b.prof != nil {
+		defer b.span(name)()
 	}
 	if err := drvLaunch(b.ctx, fn, grid, block, uint32(shmem), b.stream, b.args[:n]); err != nil {
 		b.fail(fmt.Errorf("cuda: launching %s: %w", name, err))

@@ -143,6 +143,9 @@ func (b *Backend) ltPlan(abType, M, N, K int, w, x, out uint64) (uintptr, error)
 
 // ltRun enqueues a plan's GEMM (+ beta * out).
 func (b *Backend) ltRun(plan uintptr, M, N, K int, w, x, out uint64, beta float32) {
+	if b.prof != nil {
+		defer b.span("cublasLtMatmul")()
+	}
 	if err := ltPlanRun(b.ctx, b.lt, plan, 1, beta, w, x, out, b.ltWS, b.ltWSBytes, b.stream); err != nil {
 		b.fail(fmt.Errorf("cuda: MatMul [%d,%d]x[%d,%d]^T: %w", M, K, N, K, err))
 	}
