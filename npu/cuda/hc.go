@@ -38,7 +38,7 @@ func (b *Backend) HCPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, p
 	mbuf := b.temp(4 * T * mix)
 	mt := npu.NewTensor(mbuf, 0, npu.F32, T, mix)
 	b.MatMul(mt, x.Reshape(T, nD), fn.Reshape(mix, nD))
-	b.launch("k_hc_pre", d1(T), d1(rowThreads(nD)), 0,
+	b.launch("k_hc_pre", d1(T), d1(max(rowThreads(nD), (n*n+31)/32*32)), 0,
 		b.ptr(collapsed), b.ptr(post), b.ptr(comb), b.ptr(x), mbuf.ptr,
 		b.ptr(base), pI32(dtypeCode(base.DType())), b.ptr(scale), pI32(dtypeCode(scale.DType())),
 		pI32(n), pI32(D), pI32(p.SinkhornIters), pF32(p.Eps), pF32(p.RMSEps))

@@ -109,7 +109,12 @@ func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Seq
 	for t0 := 0; t0 < T; t0 += wave {
 		n := min(wave, T-t0)
 		tiles := (n + mlaQT - 1) / mlaQT
-		b.launchShared("k_mla_qlat", d2(tiles, H), d1(256), 4*mlaQT*dk,
+		// Decode waves (few row tiles) split the columns over more blocks.
+		qz, oz := 1, 1
+		if tiles*H < mlaSplitBlocks {
+			qz, oz = (R+127)/128, (dv+31)/32
+		}
+		b.launchShared("k_mla_qlat", dim3{uint32(tiles), uint32(H), uint32(qz)}, d1(128), 4*mlaQT*dk,
 			z.ptr, b.ptr(q), b.ptr(kvB), wdt, pI32(t0), pI32(n), pI32(H), pI32(dk), pI32(dv), pI32(R))
 		groups := (H + hg - 1) / hg
 		ptiles := (width + mlaPS - 1) / mlaPS // latent tiles of the widest row
@@ -133,7 +138,7 @@ func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Seq
 			b.launch("k_mla_combine", d2(n, H), d1(256), 0, z.ptr, pm, pl, pacc, pI32(splits), pI32(n), pI32(H), pI32(R))
 			b.freeBuf(part)
 		}
-		b.launchShared("k_mla_out", d2(tiles, H), d1(256), 4*mlaQT*R,
+		b.launchShared("k_mla_out", dim3{uint32(tiles), uint32(H), uint32(oz)}, d1(256), 4*mlaQT*R,
 			b.ptr(out), z.ptr, b.ptr(kvB), wdt, pI32(t0), pI32(n), pI32(H), pI32(dk), pI32(dv), pI32(R))
 	}
 	b.freeBuf(z)

@@ -21,73 +21,73 @@ extern "C" __global__ void k_hc_pre(float *collapsed, float *post, float *comb, 
 		ss += v * v;
 	}
 	ss = block_sum(ss);
-	if (threadIdx.x == 0) {
-		const float r = (float)(1.0 / sqrt(ss / (double)nD + (double)rms_eps));
-		const float *mt = m + (i64)t * mix;
-		const float s0 = ldf(scale, 0, sdt), s1 = ldf(scale, 1, sdt), s2 = ldf(scale, 2, sdt);
-		for (int i = 0; i < n; i++) {
-			pre[i] = sigmoidf_((mt[i] * r) * s0 + ldf(base, i, bdt)) + eps;
-			post[(i64)t * n + i] = 2.0f * sigmoidf_((mt[n + i] * r) * s1 + ldf(base, n + i, bdt));
+	// The small n x n part runs one thread per element (thread k = i*n+j),
+	// each sum read in the CPU backend's order so the results are the
+	// same bits; phases are separated by barriers, z ping-pongs.
+	__shared__ float zb[2][HC_MAX_STREAMS * HC_MAX_STREAMS];
+	const int tid = threadIdx.x, nn = n * n;
+	const int ri = tid / max(n, 1), cj = tid - ri * n;
+	const float r = (float)(1.0 / sqrt(ss / (double)nD + (double)rms_eps));
+	const float *mt = m + (i64)t * mix;
+	if (tid < n) {
+		const float s0 = ldf(scale, 0, sdt), s1 = ldf(scale, 1, sdt);
+		pre[tid] = sigmoidf_((mt[tid] * r) * s0 + ldf(base, tid, bdt)) + eps;
+		post[(i64)t * n + tid] = 2.0f * sigmoidf_((mt[n + tid] * r) * s1 + ldf(base, n + tid, bdt));
+	}
+	if (tid < nn) {
+		z[tid] = (mt[2 * n + tid] * r) * ldf(scale, 2, sdt) + ldf(base, 2 * n + tid, bdt);
+	}
+	__syncthreads();
+	// Row softmax plus eps.
+	if (tid < nn) {
+		const float *row = z + ri * n;
+		float mx = row[0];
+		for (int c = 1; c < n; c++) {
+			mx = fmaxf(mx, row[c]);
 		}
-		for (int k = 0; k < n * n; k++) {
-			z[k] = (mt[2 * n + k] * r) * s2 + ldf(base, 2 * n + k, bdt);
+		zb[0][tid] = expf(row[cj] - mx);
+	}
+	__syncthreads();
+	if (tid < nn) {
+		float sm = 0;
+		for (int c = 0; c < n; c++) {
+			sm += zb[0][ri * n + c];
 		}
-		// Row softmax plus eps.
-		for (int i = 0; i < n; i++) {
-			float *row = z + i * n;
-			float mx = row[0];
-			for (int j = 1; j < n; j++) {
-				mx = fmaxf(mx, row[j]);
-			}
-			float s = 0;
-			for (int j = 0; j < n; j++) {
-				const float e = expf(row[j] - mx);
-				row[j] = e;
-				s += e;
-			}
-			for (int j = 0; j < n; j++) {
-				row[j] = row[j] / s + eps;
-			}
-		}
-		for (int it = 0; it < iters; it++) {
-			if (it > 0) { // row normalisation
-				for (int i = 0; i < n; i++) {
-					float s = 0;
-					for (int j = 0; j < n; j++) {
-						s += z[i * n + j];
-					}
-					s += eps;
-					for (int j = 0; j < n; j++) {
-						z[i * n + j] /= s;
-					}
+		z[tid] = zb[0][tid] / sm + eps;
+	}
+	__syncthreads();
+	float *cur = z, *nxt = zb[1];
+	const int cols = iters < 1 ? 1 : iters; // the CPU backend normalises the columns once regardless
+	for (int it = 0; it < cols; it++) {
+		if (it > 0 && iters >= 1) { // row normalisation
+			if (tid < nn) {
+				float sm = 0;
+				for (int c = 0; c < n; c++) {
+					sm += cur[ri * n + c];
 				}
+				sm += eps;
+				nxt[tid] = cur[tid] / sm;
 			}
-			for (int j = 0; j < n; j++) { // column normalisation
-				float s = 0;
-				for (int i = 0; i < n; i++) {
-					s += z[i * n + j];
-				}
-				s += eps;
-				for (int i = 0; i < n; i++) {
-					z[i * n + j] /= s;
-				}
+			__syncthreads();
+			float *tmp = cur;
+			cur = nxt;
+			nxt = tmp;
+		}
+		if (tid < nn) { // column normalisation
+			float sm = 0;
+			for (int i2 = 0; i2 < n; i2++) {
+				sm += cur[i2 * n + cj];
 			}
+			sm += eps;
+			nxt[tid] = cur[tid] / sm;
 		}
-		if (iters < 1) { // the CPU backend normalises the columns once regardless
-			for (int j = 0; j < n; j++) {
-				float s = 0;
-				for (int i = 0; i < n; i++) {
-					s += z[i * n + j];
-				}
-				s += eps;
-				for (int i = 0; i < n; i++) {
-					z[i * n + j] /= s;
-				}
-			}
-		}
-		for (int k = 0; k < n * n; k++) {
-			comb[(i64)t * n * n + k] = z[k];
-		}
+		__syncthreads();
+		float *tmp = cur;
+		cur = nxt;
+		nxt = tmp;
+	}
+	if (tid < nn) {
+		comb[(i64)t * nn + tid] = cur[tid];
 	}
 	__syncthreads();
 	for (int d = threadIdx.x; d < D; d += blockDim.x) {

@@ -107,7 +107,7 @@ extern "C" __global__ void k_mla_select(int *rows, int *counts, const int *sel, 
 
 #define MLA_QT 8 // rows per block of k_mla_qlat and k_mla_out
 
-// k_mla_qlat: grid (ceil(n/8), H), 256 threads, dynamic shared memory
+// k_mla_qlat: grid (ceil(n/8), H, column splits), 128 or 256 threads, dynamic shared memory
 // 8*dk floats. qlat [n, H, R] for rows t0..t0+n: q̃[t,h,r] =
 // Σ_i q[t,h,i] kvB[h*(dk+dv)+i][r].
 extern "C" __global__ void k_mla_qlat(float *qlat, const float *q, const void *kvB, int wdt, int t0, int n, int H,
@@ -120,12 +120,15 @@ extern "C" __global__ void k_mla_qlat(float *qlat, const float *q, const void *k
 	}
 	__syncthreads();
 	const i64 wb = (i64)h * (dk + dv) * R;
-	for (int r = threadIdx.x; r < R; r += blockDim.x) {
+	// grid.z splits the latent columns, so that a decode step's few rows
+	// still fill the GPU.
+	for (int r = blockIdx.z * blockDim.x + threadIdx.x; r < R; r += blockDim.x * gridDim.z) {
 		float acc[MLA_QT];
 #pragma unroll
 		for (int j = 0; j < MLA_QT; j++) {
 			acc[j] = 0;
 		}
+#pragma unroll 4
 		for (int i = 0; i < dk; i++) {
 			const float wv = ldf(kvB, wb + (i64)i * R + r, wdt);
 #pragma unroll
@@ -309,7 +312,7 @@ extern "C" __global__ void k_mla_combine(float *z, const float *pm, const float 
 	}
 }
 
-// k_mla_out: grid (ceil(n/8), H), 256 threads, dynamic shared memory 8*R
+// k_mla_out: grid (ceil(n/8), H, column splits), 256 threads, dynamic shared memory 8*R
 // floats. out[t, h*dv+j] = Σ_r kvB[h*(dk+dv)+dk+j][r] z[t,h,r] for rows
 // t0..t0+n; one warp per output column j.
 extern "C" __global__ void k_mla_out(float *out, const float *z, const void *kvB, int wdt, int t0, int n, int H,
@@ -322,7 +325,7 @@ extern "C" __global__ void k_mla_out(float *out, const float *z, const void *kvB
 		zsh[e] = j < nr ? z[((i64)(r0 + j) * H + h) * R + r] : 0.0f;
 	}
 	__syncthreads();
-	for (int jj = warp; jj < dv; jj += nw) {
+	for (int jj = blockIdx.z * nw + warp; jj < dv; jj += nw * gridDim.z) { // grid.z splits the columns
 		const i64 wb = ((i64)h * (dk + dv) + dk + jj) * R;
 		float acc[MLA_QT];
 #pragma unroll

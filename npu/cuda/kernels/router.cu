@@ -14,30 +14,37 @@ __device__ __forceinline__ u64 rank_key(float v, int i) {
 #define ROUTER_MAX_GROUPS 64
 #define ROUTER_MAX_K 64
 
-// k_router: x [T, D] (fp32), gate [E, D] (dtype gdt), bias [E] (dtype
-// bdt); weights [T, k], ids [T, k]. Dot products accumulate in fp64.
-extern "C" __global__ void k_router(float *weights, int *ids, const float *x, const void *gate, int gdt,
-				    const void *bias, int bdt, int D, int E, int k, int ngroup, int topk_group,
-				    int normalize, float scale) {
+// k_router_scores: grid (T, E), 128 threads: the sigmoid score of
+// expert e for token t (the dot product accumulated in fp64) into
+// scores [T, E]. One block per (token, expert), so a decode step's few
+// tokens still spread the gate's rows over the GPU.
+extern "C" __global__ void k_router_scores(float *scores, const float *x, const void *gate, int gdt, int D) {
+	const int t = blockIdx.x, e = blockIdx.y, E = gridDim.y;
+	const float *xt = x + (i64)t * D;
+	const i64 go = (i64)e * D;
+	double acc = 0;
+	for (int c = threadIdx.x; c < D; c += blockDim.x) {
+		acc += (double)ldf(gate, go + c, gdt) * (double)xt[c];
+	}
+	acc = block_sum(acc);
+	if (threadIdx.x == 0) {
+		scores[(i64)t * E + e] = sigmoidf_((float)acc);
+	}
+}
+
+// k_router: the selection for token t from its scores [T, E]
+// (k_router_scores), bias [E] (dtype bdt); weights [T, k], ids [T, k].
+extern "C" __global__ void k_router(float *weights, int *ids, const float *scores, const void *bias, int bdt, int E,
+				    int k, int ngroup, int topk_group, int normalize, float scale) {
 	extern __shared__ float sh[];
 	float *s = sh;      // [E] sigmoid scores
 	float *sb = sh + E; // [E] biased scores, -Inf outside the chosen groups
 	__shared__ int order[ROUTER_MAX_K];
 	const int t = blockIdx.x;
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-	const float *xt = x + (i64)t * D;
-	for (int e = warp; e < E; e += nwarps) {
-		const i64 go = (i64)e * D;
-		double acc = 0;
-		for (int c = lane; c < D; c += 32) {
-			acc += (double)ldf(gate, go + c, gdt) * (double)xt[c];
-		}
-		acc = warp_sum(acc);
-		if (lane == 0) {
-			const float v = sigmoidf_((float)acc);
-			s[e] = v;
-			sb[e] = v + ldf(bias, e, bdt);
-		}
+	for (int e = threadIdx.x; e < E; e += blockDim.x) {
+		const float v = scores[(i64)t * E + e];
+		s[e] = v;
+		sb[e] = v + ldf(bias, e, bdt);
 	}
 	__syncthreads();
 	if (ngroup > 1 && topk_group < ngroup && threadIdx.x == 0) {
