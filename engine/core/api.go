@@ -129,6 +129,14 @@ type Stats struct {
 	UsedBlocks, UsedStateSlots int
 	// Steps counts the engine steps run.
 	Steps int64
+	// NumWholeRows counts the sampled logits rows whose whole vocabulary
+	// row was downloaded to the host: every row on a backend that does
+	// not reduce logits (the eager CPU backend), else the rows
+	// sampling.Sampler.Reducible declines (logprobs, top-p or plain
+	// temperature without top-k or min-p, many touched ids) and the
+	// reductions that turned out short. The others crossed as a few
+	// candidates per row.
+	NumWholeRows int64
 	// DummySteps counts the forwards without tokens this rank ran to stay
 	// in lockstep with other DP ranks (Options.Lockstep).
 	DummySteps int64

@@ -77,6 +77,10 @@ type Options struct {
 	// The model must be a model.Speculative with its draft layer loaded;
 	// tensor, expert and data parallelism are refused.
 	NumSpeculativeTokens int
+
+	// wholeRows makes sample download every row whole, as on a backend
+	// without npu.SampleReducer (the tests' reference for the reduction).
+	wholeRows bool
 }
 
 // StepStats describe one engine step.
@@ -86,6 +90,10 @@ type StepStats struct {
 	// NumSeqs requests fed NumTokens tokens; NumDecodes of them one
 	// decode token each; NumSampled sampled a token.
 	NumSeqs, NumTokens, NumDecodes, NumSampled int
+	// NumWholeRows of the sampled rows had their whole vocabulary row
+	// downloaded; the others were sampled from the device's reduction
+	// (Stats.NumWholeRows).
+	NumWholeRows int
 	// NumPreempted requests were preempted while scheduling.
 	NumPreempted int
 	// Schedule is the scheduler's time; Forward the model's (enqueueing
@@ -133,6 +141,7 @@ type Engine struct {
 	logitRows []int
 	sampled   []*reqState
 	samplers  []*sampling.Sampler
+	wholeRows int // this step's rows downloaded whole (sample)
 	counters  counters
 
 	spec  model.Speculative // set with Options.NumSpeculativeTokens
@@ -143,6 +152,7 @@ type Engine struct {
 type counters struct {
 	prompt, generation, steps int64
 	dummy                     int64 // lockstep dummy steps
+	wholeRows                 int64 // logits rows downloaded whole
 	finished                  map[string]int64
 }
 
@@ -627,7 +637,7 @@ func (e *Engine) step() (bool, error) {
 	}
 	now := time.Now()
 	ss.Sample = now.Sub(ts)
-	ss.NumSampled = len(e.sampled)
+	ss.NumSampled, ss.NumWholeRows = len(e.sampled), e.wholeRows
 
 	for i, rs := range e.sampled {
 		if errs[i] != nil {
@@ -708,6 +718,7 @@ func (e *Engine) publish() {
 		Running: e.sched.NumRunning(), Waiting: e.sched.NumWaiting(), KVUsage: e.sched.KVUsage(),
 		PromptTokens: e.counters.prompt, GenerationTokens: e.counters.generation,
 		Preemptions: e.sched.Preemptions(), Steps: e.counters.steps, DummySteps: e.counters.dummy,
+		NumWholeRows:     e.counters.wholeRows,
 		FinishedByReason: make(map[string]int64, len(e.counters.finished)),
 		NumBlocks:        e.opt.NumBlocks, BlockSize: e.opt.BlockSize, NumStateSlots: e.opt.MaxNumSeqs,
 		MaxModelLen: e.opt.MaxModelLen, UsedBlocks: e.kv.UsedBlocks(), UsedStateSlots: e.kv.UsedStateSlots(),

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"errors"
+
 	"github.com/npuserve/npuserve/engine/model"
 	"github.com/npuserve/npuserve/engine/sampling"
 	"github.com/npuserve/npuserve/npu"
@@ -17,14 +19,19 @@ func reduces(be npu.Backend) (npu.SampleReducer, bool) {
 }
 
 // sample picks the next token of every sampled request from the step's
-// logits [R, V] (device memory; row i is e.sampled[i]'s). Greedy rows
-// whose processors touch few ids are decided on the device's reduction:
-// the top candidates, the raw values of the touched ids and the row's
-// NaN/+Inf counts cross to the host (sampling.Sampler.SampleReduced, exact);
-// every other row is downloaded whole. The downloads are the step's sync
-// point. A failed download is the step's error; a bad row fails only its
-// request (errs).
+// logits [R, V] (device memory; row i is e.sampled[i]'s). Rows that
+// sampling.Sampler.Reducible accepts (greedy, top-k and min-p sampling
+// without logprobs, whose processors touch few ids) are decided on the
+// device's reduction: the top candidates, the raw values of the touched
+// ids and the row's NaN/+Inf counts cross to the host
+// (sampling.Sampler.SampleReduced, exact); every other row is downloaded
+// whole, and so is a reduced row that turns out short (ErrNotReducible:
+// ties or min-p survivors past the candidates), in a second round. The
+// downloads are the step's sync point. A failed download is the step's
+// error; a bad row fails only its request (errs). e.wholeRows counts the
+// rows downloaded whole.
 func (e *Engine) sample(logits *npu.Tensor) (toks []sampling.Token, errs []error, err error) {
+	e.wholeRows = 0
 	R := len(e.samplers)
 	if R == 0 {
 		return nil, nil, nil
@@ -36,11 +43,12 @@ func (e *Engine) sample(logits *npu.Tensor) (toks []sampling.Token, errs []error
 		}
 	}
 	red, ok := reduces(be)
-	if !ok {
+	if !ok || e.opt.wholeRows {
 		rows, err := model.DownloadRows(be, logits)
 		if err != nil {
 			return nil, nil, err
 		}
+		e.countWhole(R)
 		toks, errs = sampling.SampleBatch(rows, e.samplers)
 		return toks, errs, nil
 	}
@@ -84,6 +92,37 @@ func (e *Engine) sample(logits *npu.Tensor) (toks []sampling.Token, errs []error
 		}
 		return t, be.Upload(t, npu.EncodeInt32s(v))
 	}
+	// gatherRows enqueues the copy of logits' rows idx into a new tensor.
+	gatherRows := func(idx []int32) (*npu.Tensor, error) {
+		fi, err := upload(idx)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := alloc(npu.F32, len(idx), V)
+		if err != nil {
+			return nil, err
+		}
+		be.Gather(rows, logits, fi)
+		return rows, nil
+	}
+	toks, errs = make([]sampling.Token, R), make([]error, R)
+	// sampleWhole downloads the gathered rows idx and samples them.
+	sampleWhole := func(rows *npu.Tensor, idx []int32) error {
+		host, err := model.DownloadRows(be, rows)
+		if err != nil {
+			return err
+		}
+		e.countWhole(len(idx))
+		ss := make([]*sampling.Sampler, len(idx))
+		for j, i := range idx {
+			ss[j] = e.samplers[i]
+		}
+		ft, fe := sampling.SampleBatch(host, ss)
+		for j, i := range idx {
+			toks[i], errs[i] = ft[j], fe[j]
+		}
+		return nil
+	}
 	// Enqueue everything, then download (one wait).
 	var vals, ids, stats, gathered, fullRows *npu.Tensor
 	if kmax > 0 {
@@ -109,28 +148,13 @@ func (e *Engine) sample(logits *npu.Tensor) (toks []sampling.Token, errs []error
 		}
 	}
 	if len(full) > 0 {
-		fi, err := upload(full)
-		if err != nil {
+		if fullRows, err = gatherRows(full); err != nil {
 			return nil, nil, err
 		}
-		if fullRows, err = alloc(npu.F32, len(full), V); err != nil {
-			return nil, nil, err
-		}
-		be.Gather(fullRows, logits, fi)
 	}
-	toks, errs = make([]sampling.Token, R), make([]error, R)
 	if fullRows != nil {
-		rows, err := model.DownloadRows(be, fullRows)
-		if err != nil {
+		if err := sampleWhole(fullRows, full); err != nil {
 			return nil, nil, err
-		}
-		ss := make([]*sampling.Sampler, len(full))
-		for j, i := range full {
-			ss[j] = e.samplers[i]
-		}
-		ft, fe := sampling.SampleBatch(rows, ss)
-		for j, i := range full {
-			toks[i], errs[i] = ft[j], fe[j]
 		}
 	}
 	if kmax == 0 {
@@ -171,29 +195,59 @@ func (e *Engine) sample(logits *npu.Tensor) (toks []sampling.Token, errs []error
 		rs, at = append(rs, e.samplers[i]), append(at, i)
 	}
 	rt, re := sampling.SampleReducedBatch(reds, rs)
+	var short []int32
 	for j, i := range at {
 		toks[i], errs[i] = rt[j], re[j]
+		if errors.Is(re[j], sampling.ErrNotReducible) {
+			short = append(short, int32(i))
+		}
+	}
+	if len(short) > 0 {
+		// Nothing of these requests moved: their whole rows give the
+		// tokens the reduction could not decide.
+		rows, err := gatherRows(short)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := sampleWhole(rows, short); err != nil {
+			return nil, nil, err
+		}
 	}
 	return toks, errs, nil
 }
 
+// countWhole counts n rows downloaded whole in this step.
+func (e *Engine) countWhole(n int) {
+	e.wholeRows += n
+	e.counters.wholeRows += int64(n)
+}
+
 // sampleSharded samples from a vocabulary-parallel model's sharded logits
 // (model.ShardedLogits): when every row is reducible, from the ranks'
-// merged reductions (only those cross between ranks); otherwise from
-// whole rows gathered for the step.
+// merged reductions (only those cross between ranks), then the rows whose
+// reduction turned out short from whole rows gathered for them;
+// otherwise every row from whole rows gathered for the step.
 func (e *Engine) sampleSharded(sh model.ShardedLogits, shard *npu.Tensor, V int) ([]sampling.Token, []error, error) {
 	R := len(e.samplers)
 	kmax := 0
 	touched := make([][]int32, R)
+	gatherAll := func(idx []int32) ([][]float32, error) {
+		full, err := sh.GatherLogits(shard)
+		if err != nil {
+			return nil, err
+		}
+		defer e.be.Free(full)
+		rows, err := model.DownloadRows(e.be, full)
+		if err != nil {
+			return nil, err
+		}
+		e.countWhole(len(idx))
+		return rows, nil
+	}
 	for i, s := range e.samplers {
 		k, t, ok := s.Reducible(V)
 		if !ok {
-			full, err := sh.GatherLogits(shard)
-			if err != nil {
-				return nil, nil, err
-			}
-			defer e.be.Free(full)
-			rows, err := model.DownloadRows(e.be, full)
+			rows, err := gatherAll(make([]int32, R))
 			if err != nil {
 				return nil, nil, err
 			}
@@ -211,5 +265,20 @@ func (e *Engine) sampleSharded(sh model.ShardedLogits, shard *npu.Tensor, V int)
 		rs[i] = sampling.Reduced{Vocab: V, IDs: r.IDs, Vals: r.Vals, Touched: touched[i], TouchedVals: r.TouchedVals, NaN: r.NaN, PosInf: r.PosInf}
 	}
 	toks, errs := sampling.SampleReducedBatch(rs, e.samplers)
+	var short []int32
+	for i, err := range errs {
+		if errors.Is(err, sampling.ErrNotReducible) {
+			short = append(short, int32(i))
+		}
+	}
+	if len(short) > 0 {
+		rows, err := gatherAll(short)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, i := range short {
+			toks[i], errs[i] = e.samplers[i].Sample(rows[i])
+		}
+	}
 	return toks, errs, nil
 }

@@ -81,7 +81,11 @@ func binOf(v float32, m, invT float64) int {
 func (s *Sampler) sampleRandom(logits []float32) (int32, error) {
 	invT := 1 / s.temp
 	if s.topK > 0 && s.topK < len(logits) {
-		kept, m, z, err := s.topKKept(logits, invT)
+		c, err := s.topKCands(logits)
+		if err != nil {
+			return 0, err
+		}
+		kept, m, z, err := s.topKKept(c, invT)
 		if err != nil {
 			return 0, err
 		}
@@ -91,13 +95,22 @@ func (s *Sampler) sampleRandom(logits []float32) (int32, error) {
 	if err != nil {
 		return 0, err
 	}
-	m := float64(mx)
+	return s.drawHist(logits, float64(mx), invT), nil
+}
+
+// drawHist is the draw without top-k: min-p against the row maximum m,
+// top-p over the histogram, one uniform. It returns an index of logits.
+// It reads logits only through fillHist, topPSplit and draw, which skip
+// every token min-p drops, so a row holding only the min-p survivors (in
+// id order; SampleReduced) gives the same histogram, sums and draw as the
+// whole row, bit for bit.
+func (s *Sampler) drawHist(logits []float32, m, invT float64) int32 {
 	z := s.fillHist(logits, m, invT)
 	if s.topP < 1 {
 		full, cum, part, mass := s.topPSplit(logits, m, invT, s.topP*z)
-		return s.draw(logits, m, invT, full, cum, part, mass), nil
+		return s.draw(logits, m, invT, full, cum, part, mass)
 	}
-	return s.draw(logits, m, invT, histBins, z, nil, 0), nil
+	return s.draw(logits, m, invT, histBins, z, nil, 0)
 }
 
 // fillHist accumulates the min-p survivors' weights into s.hist by bin and
@@ -163,18 +176,18 @@ func (s *Sampler) topPSplit(logits []float32, m, invT, target float64) (full int
 	return full, cum, part, mass
 }
 
-// topKKept keeps the tokens whose logit is at least the k-th largest (vLLM
-// keeps every tie), applies min-p against the row's maximum and top-p over
-// the survivors, and returns them most likely first with the row's maximum
-// m and their mass z.
-func (s *Sampler) topKKept(logits []float32, invT float64) (kept []cand, m, z float64, err error) {
+// topKCands returns the tokens whose logit is at least the k-th largest
+// (vLLM keeps every tie; ties at -Inf, which weigh nothing, are dropped),
+// unordered, in s.cands: ErrBadLogits for a NaN or +Inf anywhere in the
+// row.
+func (s *Sampler) topKCands(logits []float32) ([]cand, error) {
 	k := s.topK
 	h, ties := s.heap[:0], s.ties[:0]
 	for i, v := range logits {
 		c := cand{v, int32(i)}
 		if len(h) < k {
 			if v != v || v > math.MaxFloat32 {
-				return nil, 0, 0, ErrBadLogits
+				return nil, ErrBadLogits
 			}
 			h = append(h, c)
 			if len(h) == k {
@@ -187,7 +200,7 @@ func (s *Sampler) topKKept(logits []float32, invT float64) (kept []cand, m, z fl
 			continue
 		}
 		if v != v || v > math.MaxFloat32 {
-			return nil, 0, 0, ErrBadLogits
+			return nil, ErrBadLogits
 		}
 		if v == root.v { // a later id ties the k-th value: kept as a tie
 			if !math.IsInf(float64(v), -1) { // masked ties weigh nothing
@@ -208,7 +221,20 @@ func (s *Sampler) topKKept(logits []float32, invT float64) (kept []cand, m, z fl
 	s.heap, s.ties = h, ties
 	c := append(append(s.cands[:0], h...), ties...)
 	s.cands = c
+	return c, nil
+}
+
+// topKKept sorts the top-k candidates c (topKCands) most likely first,
+// applies min-p against the row's maximum (c's largest) and top-p over the
+// survivors, and returns the survivors most likely first (in c's storage)
+// with the row's maximum m and their mass z. Candidates at -Inf never
+// survive, so c may lack them (SampleReduced); ErrAllMasked when c holds
+// nothing above -Inf.
+func (s *Sampler) topKKept(c []cand, invT float64) (kept []cand, m, z float64, err error) {
 	slices.SortFunc(c, byValueDesc)
+	if len(c) == 0 {
+		return nil, 0, 0, ErrAllMasked
+	}
 	mx := c[0].v
 	if math.IsInf(float64(mx), -1) {
 		return nil, 0, 0, ErrAllMasked

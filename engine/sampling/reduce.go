@@ -28,13 +28,51 @@ import (
 // npu.SampleReducer; what crosses to the host per row is k values and ids,
 // two counts and |T| values instead of the vocabulary row.
 //
-// Only greedy requests without logprobs reduce. Logprobs need the whole
-// row's log-sum-exp in Sample's summation order to be bit-exact, and random
-// sampling draws from the whole distribution (min-p, top-p and the draw
-// all sum over the row). A request whose T is large is not worth reducing
-// either: the repetition penalty touches every prompt id, so a long prompt
-// with repetition_penalty != 1 would need a top-(|T|+1) as long as the
-// prompt's distinct ids; Reducible declines above MaxReducedTouched.
+// Random sampling with top-k (1 <= top_k <= MaxReducedTopK, top_k < V),
+// with or without min-p and top-p, reduces the same way: Sample's
+// arithmetic after the top-k selection reads only the kept candidates
+// (the k best processed logits and every tie at the k-th value), most
+// likely first; the untouched ids the reduction did not hold all rank
+// after its last candidate, at or below that candidate's raw value b, so
+// when the k-th best value held is above b, the held values are the whole
+// kept set and the host replays the selection's sums and the draw on them
+// exactly. Min-p without top-k reduces too: Sample's histogram, top-p cut
+// and draw skip every token below min_p times the most likely one's
+// probability, so when b itself is below that bound (by a margin that
+// covers expNeg's rounding), the survivors held, in id order, give the
+// same histogram sums in the same order and the same draw. A reduction
+// that misses a piece (ties at the k-th value running past the held
+// candidates, more min-p survivors than were held) is ErrNotReducible
+// before anything is drawn or recorded: the caller samples that row
+// whole, which gives the same token, since nothing of the request moved.
+//
+// Logprobs do not reduce: the raw log-sum-exp is a float64 sum over the
+// whole row in id order (rawLogprobs), and the sampled token's rank counts
+// the row's entries at or above it; neither is a function of a row's top
+// candidates, and no device op computes that sum in Sample's order. Top-p
+// or plain temperature without top-k and without min-p do not reduce
+// either: the histogram's mass is every token within histRange of the
+// maximum, that is the whole row.
+
+// MaxReducedTopK is the largest top_k with which a random request reduces
+// (Reducible).
+const MaxReducedTopK = 1024
+
+// ReducedMinPCandidates is how many candidates (beyond the touched ids)
+// Reducible asks for a min-p request without top-k: rows whose min-p
+// survivors outnumber them are sampled whole.
+const ReducedMinPCandidates = 1024
+
+// reducedTieSlack is how many candidates beyond top_k + |T| Reducible
+// asks for a top-k request, so that ties at the k-th value rarely run
+// past the reduction.
+const reducedTieSlack = 32
+
+// minPMargin is the relative margin by which the reduction's last
+// candidate must fall below min-p for every smaller logit to fall below
+// it too: expNeg is monotone to within ~2e-12 relative (the Taylor
+// polynomial's truncation at bin edges and the table's rounding).
+const minPMargin = 1e-9
 
 // MaxReducedTouched is the largest touched set T for which Reducible
 // accepts a request: beyond it the top-(|T|+1) selection and the gather of
@@ -43,10 +81,11 @@ import (
 const MaxReducedTouched = 256
 
 // ErrNotReducible reports a SampleReduced call that cannot be decided from
-// its Reduced row: the request is not reducible (not greedy, or it wants
-// logprobs), or the row lacks what the request needs (too few candidates,
-// a touched id missing, inconsistent lengths). It is a caller bug; nothing
-// is recorded, and the row can still be sampled whole with Sample.
+// its Reduced row: the request wants logprobs, or the row lacks what the
+// request needs (too few candidates, ties at top-k's k-th value or min-p
+// survivors running past them, a touched id missing, inconsistent
+// lengths). Nothing is recorded and the generator is untouched: the row
+// can still be sampled whole with Sample, with the same result.
 var ErrNotReducible = errors.New("sampling: request cannot be sampled from a reduced row")
 
 // Reduced is one row of logits reduced for SampleReduced: what
@@ -71,14 +110,32 @@ type Reduced struct {
 
 // Reducible reports whether the next token can be sampled from a reduced
 // row of vocab logits (see SampleReduced), and if so what the reduction
-// must hold: the top k candidates (k = min(|T|+1, vocab)) and the raw
-// values of touched, the ids the logits processors read this step
-// (ascending; a fresh slice the caller may keep). It is false for
-// non-greedy requests, requests wanting logprobs, an empty row, and when
+// must hold: the top k candidates and the raw values of touched, the ids
+// the logits processors read this step (ascending; a fresh slice the
+// caller may keep). k is min(|T|+1, vocab) for a greedy request,
+// min(top_k+|T|+32, vocab) for top-k sampling and
+// min(ReducedMinPCandidates+|T|, vocab) for min-p sampling without top-k.
+// It is false for requests wanting logprobs, random sampling with neither
+// top-k (up to MaxReducedTopK) nor min-p, an empty row, and when
 // |T| > MaxReducedTouched; sample those from the whole row. The answer
-// holds until the next token is recorded.
+// holds until the next token is recorded. A random request's reduction
+// may still turn out short (ErrNotReducible from SampleReduced).
 func (s *Sampler) Reducible(vocab int) (k int, touched []int32, ok bool) {
-	if !s.greedy || s.wantLP || vocab <= 0 {
+	if s.wantLP || vocab <= 0 {
+		return 0, nil, false
+	}
+	extra := 0 // candidates beyond |T|
+	switch {
+	case s.greedy:
+		extra = 1
+	case s.topK > 0 && s.topK < vocab:
+		if s.topK > MaxReducedTopK {
+			return 0, nil, false
+		}
+		extra = s.topK + reducedTieSlack
+	case s.minP > 0:
+		extra = ReducedMinPCandidates
+	default:
 		return 0, nil, false
 	}
 	// Cheap lower bounds first: a long prompt under the repetition
@@ -130,7 +187,7 @@ func (s *Sampler) Reducible(vocab int) (k int, touched []int32, ok bool) {
 	if touched == nil {
 		touched = []int32{}
 	}
-	return min(len(touched)+1, vocab), touched, true
+	return min(len(touched)+extra, vocab), touched, true
 }
 
 // promptCount counts the prompt bitset's ids below vocab.
@@ -150,17 +207,18 @@ func promptCount(prompt []uint64, vocab int) int {
 
 // SampleReduced picks the next token of a reducible request (see
 // Reducible) from its reduced row r and records it, exactly as Sample on
-// the full row would: the same token, the same error (ErrBadLogits,
-// ErrAllMasked, ErrEmptyLogits, an out-of-row id's message), the same
-// history. r must hold what Reducible asked for in this step; otherwise it
-// returns ErrNotReducible (wrapped) and records nothing.
+// the full row would: the same token (for a random request, the same draw
+// from its generator), the same error (ErrBadLogits, ErrAllMasked,
+// ErrEmptyLogits, an out-of-row id's message), the same history. When r
+// does not hold what the request needs it returns ErrNotReducible
+// (wrapped), records nothing and leaves the generator as it was.
 func (s *Sampler) SampleReduced(r Reduced) (Token, error) {
 	var tok Token
 	if r.Vocab <= 0 {
 		return tok, ErrEmptyLogits
 	}
-	if !s.greedy || s.wantLP {
-		return tok, fmt.Errorf("%w: only greedy requests without logprobs reduce", ErrNotReducible)
+	if s.wantLP {
+		return tok, fmt.Errorf("%w: requests wanting logprobs do not reduce", ErrNotReducible)
 	}
 	if err := r.check(); err != nil {
 		return tok, err
@@ -169,7 +227,13 @@ func (s *Sampler) SampleReduced(r Reduced) (Token, error) {
 	if err := s.processReduced(int32(r.Vocab), r.Touched, cur); err != nil {
 		return tok, err
 	}
-	id, err := argmaxReduced(r, cur)
+	var id int32
+	var err error
+	if s.greedy {
+		id, err = argmaxReduced(r, cur)
+	} else {
+		id, err = s.sampleRandomReduced(r, cur)
+	}
 	if err != nil {
 		return tok, err
 	}
@@ -256,19 +320,7 @@ func (r reducedRow) set(id int32, x float32) error {
 // ones), ErrAllMasked when nothing is above -Inf, else the lowest id
 // holding the largest value.
 func argmaxReduced(r Reduced, cur []float32) (int32, error) {
-	isBad := func(x float32) bool { return x != x || x > math.MaxFloat32 }
-	untouchedBad := r.NaN + r.PosInf
-	for _, x := range r.TouchedVals {
-		if isBad(x) {
-			untouchedBad--
-		}
-	}
-	for _, x := range cur {
-		if isBad(x) {
-			return 0, ErrBadLogits
-		}
-	}
-	if untouchedBad > 0 {
+	if badReduced(r, cur) {
 		return 0, ErrBadLogits
 	}
 	// The best untouched id is the first candidate outside T: any better
@@ -295,6 +347,109 @@ func argmaxReduced(r Reduced, cur []float32) (int32, error) {
 		return 0, ErrAllMasked
 	}
 	return best, nil
+}
+
+// isBad reports a NaN or +Inf.
+func isBad(x float32) bool { return x != x || x > math.MaxFloat32 }
+
+// badReduced reports whether the processed row r and cur describe holds a
+// NaN or +Inf: in cur (the touched ids), or untouched (the row's counts
+// less the touched ids' raw ones).
+func badReduced(r Reduced, cur []float32) bool {
+	untouchedBad := r.NaN + r.PosInf
+	for _, x := range r.TouchedVals {
+		if isBad(x) {
+			untouchedBad--
+		}
+	}
+	return untouchedBad > 0 || slices.ContainsFunc(cur, isBad)
+}
+
+// sampleRandomReduced is sampleRandom on the processed row that r and the
+// processed touched values cur describe (see the comment at the top of
+// the file): the same errors, then ErrNotReducible when r does not decide
+// the draw, else the same draw.
+func (s *Sampler) sampleRandomReduced(r Reduced, cur []float32) (int32, error) {
+	if badReduced(r, cur) {
+		return 0, ErrBadLogits
+	}
+	// vis: every value the reduction shows of the processed row, the held
+	// untouched candidates and the touched ids; the hidden rest are
+	// untouched, ranked after the last candidate, at or below its raw
+	// value bound.
+	vis := s.cands[:0]
+	for i, id := range r.IDs {
+		if _, hit := slices.BinarySearch(r.Touched, id); !hit {
+			vis = append(vis, cand{r.Vals[i], id})
+		}
+	}
+	for i, id := range r.Touched {
+		vis = append(vis, cand{cur[i], id})
+	}
+	s.cands = vis
+	ninf := float32(math.Inf(-1))
+	bound := ninf // no hidden value above -Inf
+	if len(vis) < r.Vocab {
+		if len(r.IDs) == 0 {
+			return 0, fmt.Errorf("%w: no candidates for a row of %d with %d touched ids", ErrNotReducible, r.Vocab, len(r.Touched))
+		}
+		bound = r.Vals[len(r.Vals)-1]
+	}
+	slices.SortFunc(vis, byValueDesc)
+	invT := 1 / s.temp
+	if k := s.topK; k > 0 && k < r.Vocab {
+		// The kept set is every value at or above the k-th largest; the
+		// hidden values stay out of it when the k-th held is above bound.
+		kth := ninf
+		if len(vis) >= k {
+			kth = vis[k-1].v
+		}
+		if bound > ninf && !(kth > bound) {
+			return 0, fmt.Errorf("%w: top-%d's k-th value %v is not above the reduction's last candidate %v", ErrNotReducible, k, kth, bound)
+		}
+		n := 0
+		for n < len(vis) && vis[n].v >= kth && vis[n].v > ninf {
+			n++
+		}
+		kept, m, z, err := s.topKKept(vis[:n], invT)
+		if err != nil {
+			return 0, err
+		}
+		return s.draw(nil, m, invT, 0, 0, kept, z), nil
+	}
+	mx := ninf
+	if len(vis) > 0 {
+		mx = vis[0].v
+	}
+	if bound > ninf && !(mx >= bound) {
+		return 0, fmt.Errorf("%w: the row's maximum is not among the candidates", ErrNotReducible)
+	}
+	if mx == ninf {
+		return 0, ErrAllMasked
+	}
+	m := float64(mx)
+	if bound > ninf {
+		// Every hidden value is at or below bound: it must miss
+		// histRange, or min-p with a margin.
+		if d := (m - float64(bound)) * invT; d < histRange {
+			if _, w := expNeg(d); !(w*(1+minPMargin) < s.minP) {
+				return 0, fmt.Errorf("%w: min-p survivors may run past the reduction's %d candidates", ErrNotReducible, len(r.IDs))
+			}
+		}
+	}
+	// The survivors in id order, as the whole row's scans meet them.
+	surv := vis[:0]
+	for _, c := range vis {
+		if b, _ := s.wbin(c.v, m, invT); b >= 0 {
+			surv = append(surv, c)
+		}
+	}
+	slices.SortFunc(surv, func(a, b cand) int { return int(a.id) - int(b.id) })
+	vals, ids := make([]float32, len(surv)), make([]int32, len(surv))
+	for i, c := range surv {
+		vals[i], ids[i] = c.v, c.id
+	}
+	return ids[s.drawHist(vals, m, invT)], nil // drawHist reuses s.cands
 }
 
 // SampleReducedBatch is SampleBatch for reduced rows: rows[i] is sampled

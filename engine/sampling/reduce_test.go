@@ -422,6 +422,21 @@ func TestReducible(t *testing.T) {
 	}{
 		{"greedy", nil, []int32{5, 6}, nil, 100, true, 1, []int32{}},
 		{"random sampling", func(p *Params) { p.Temperature = Ptr(0.7) }, nil, nil, 100, false, 0, nil},
+		{"top-p alone", func(p *Params) { p.Temperature = Ptr(0.7); p.TopP = Ptr(0.9) }, nil, nil, 100, false, 0, nil},
+		{"top-k", func(p *Params) { p.Temperature = Ptr(0.7); p.TopK = Ptr(5) }, nil, nil, 100, true, 5 + 32, []int32{}},
+		{"top-k, bias, top-p", func(p *Params) {
+			p.Temperature = Ptr(1.0)
+			p.TopK = Ptr(50)
+			p.TopP = Ptr(0.5)
+			p.LogitBias = map[int32]float64{7: 1}
+		}, nil, nil, 1000, true, 50 + 1 + 32, []int32{7}},
+		{"top-k capped by the row", func(p *Params) { p.Temperature = Ptr(0.7); p.TopK = Ptr(90) }, nil, nil, 100, true, 100, []int32{}},
+		{"top-k at the bound", func(p *Params) { p.Temperature = Ptr(0.7); p.TopK = Ptr(MaxReducedTopK) }, nil, nil, 5000, true, MaxReducedTopK + 32, []int32{}},
+		{"top-k above the bound", func(p *Params) { p.Temperature = Ptr(0.7); p.TopK = Ptr(MaxReducedTopK + 1) }, nil, nil, 5000, false, 0, nil},
+		{"top-k off (>= vocab), no min-p", func(p *Params) { p.Temperature = Ptr(0.7); p.TopK = Ptr(100) }, nil, nil, 100, false, 0, nil},
+		{"min-p", func(p *Params) { p.Temperature = Ptr(0.7); p.MinP = Ptr(0.1) }, nil, nil, 5000, true, ReducedMinPCandidates, []int32{}},
+		{"min-p, small row", func(p *Params) { p.Temperature = Ptr(0.7); p.MinP = Ptr(0.1); p.TopP = Ptr(0.9) }, nil, nil, 100, true, 100, []int32{}},
+		{"top-k with logprobs", func(p *Params) { p.Temperature = Ptr(0.7); p.TopK = Ptr(5); p.Logprobs = Ptr(2) }, nil, nil, 100, false, 0, nil},
 		{"logprobs", func(p *Params) { p.Logprobs = Ptr(0) }, nil, nil, 100, false, 0, nil},
 		{"empty row", nil, nil, nil, 0, false, 0, nil},
 		{"min_tokens pending", func(p *Params) { p.MinTokens = 2; p.StopTokenIDs = []int32{9, 3, 200} }, nil, []int32{4}, 100, true, 3, []int32{3, 9}},

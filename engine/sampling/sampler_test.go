@@ -483,8 +483,11 @@ func keptSet(t *testing.T, s *Sampler, row []float32) map[int32]float64 {
 	var kept []cand
 	var m, z float64
 	if s.topK > 0 && s.topK < len(row) {
-		var err error
-		kept, m, z, err = s.topKKept(row, invT)
+		c, err := s.topKCands(row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept, m, z, err = s.topKKept(c, invT)
 		if err != nil {
 			t.Fatal(err)
 		}

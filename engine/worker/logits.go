@@ -15,10 +15,15 @@ import (
 // vocabulary keeps each rank's columns of the logits where they were
 // computed (glm5next.Model.ShardLogits) instead of all-gathering whole
 // rows to every rank: for a step whose rows can be sampled from a
-// reduction (greedy rows; sampling.Sampler.Reducible), every rank reduces
-// its own columns on its device (npu.SampleReducer) and sends only the
-// reduced values to the leader, which merges them; a step with a row
-// that needs its whole row gathers the rows as before (GatherLogits).
+// reduction (greedy, top-k and min-p rows without logprobs;
+// sampling.Sampler.Reducible), every rank reduces its own columns on its
+// device (npu.SampleReducer) and sends only the reduced values to the
+// leader, which merges them into the whole row's reduction exactly (the
+// first k of npu.TopK's order over all ranks' candidates: a rank's k
+// best hold every entry of the row's k best in its columns); a step with
+// a row that needs its whole row gathers the rows as before
+// (GatherLogits), and so does the engine after a reduction that turned
+// out short (sampling.ErrNotReducible) for the rows concerned.
 // Per greedy decode step the bytes between ranks fall from
 // (TP-1)·R·V·4 to every rank to (TP-1)·R·(8k+8) to the leader.
 
