@@ -80,6 +80,26 @@ session)
 				-test.run "${SERVE_RUN:-^(TestServeSDK|TestServeGolden|TestServeBadInputs|TestServeSoak|TestServeShutdown|TestServeOptions)\$}") >"$out/serve-test.log" 2>&1 || rc=1
 			grep -E '^(--- FAIL|FAIL|ok|PASS|panic)' "$out/serve-test.log" | head -20
 			;;
+		bench-serve)
+			# The seed protocol, scaled: random 16K-in / 256-out prompts
+			# against serve --device cuda on the slice (dummy weights; the
+			# tiny fixture's tokenizer makes the random prompts).
+			m=$root/.gpu/slice-model
+			mkdir -p "$m" && cp configs/slice/config.json "$m/" && cp testdata/glm5next/tiny/tokenizer* testdata/glm5next/tiny/generation_config.json "$m/"
+			.gpu/npuserve serve "$m" --device cuda --load-format dummy --port 8199 --max-model-len ${BS_LEN:-17000} --max-num-seqs 32 >"$out/bench-serve-server.log" 2>&1 &
+			spid=$!
+			for i in $(seq 180); do curl -sf http://127.0.0.1:8199/health >/dev/null && break; sleep 1; done
+			for c in ${BS_CONC:-1 8}; do
+				timeout ${BS_S:-150} .gpu/npuserve bench serve --port 8199 --random-input-len ${BS_IN:-16384} --random-output-len ${BS_OUT:-256} \
+					--num-prompts $((c > 1 ? c : 2)) --max-concurrency $c --ignore-eos --disable-tqdm --result-file "$out/bench-serve-c$c.json" >"$out/bench-serve-c$c.txt" 2>&1 || rc=1
+				grep -E "throughput|TTFT|TPOT" "$out/bench-serve-c$c.txt" | head -8
+			done
+			kill $spid; wait $spid 2>/dev/null
+			;;
+		nccl)
+			[ -x .gpu/nccl.test ] && (cd .gpu && NPUSERVE_CUDA_TEST=1 timeout 120 ./nccl.test -test.v -test.count=1) >"$out/nccl-test.log" 2>&1 || rc=1
+			grep -E '^(--- FAIL|FAIL|ok|PASS|panic)' "$out/nccl-test.log" | head -20
+			;;
 		selftest)
 			[ -z "${SELFTEST_JSON_ONLY:-}" ] && { timeout ${SELFTEST_S:-120} .gpu/npuserve selftest --device cuda >"$out/selftest.txt" 2>&1 || rc=1; tail -4 "$out/selftest.txt"; }
 			timeout ${SELFTEST_S:-120} .gpu/npuserve selftest --device cuda --json >"$out/selftest.json" 2>/dev/null
