@@ -165,7 +165,9 @@ func numel(shape []int) int64 {
 var replicatedShard = Shard{}
 
 // cols splits dim 0 (output rows) by units of per elements.
-func cols(units, per int) Shard { return Shard{Kind: SplitHeads, Dim: 0, Units: units, Per: per, Groups: 1} }
+func cols(units, per int) Shard {
+	return Shard{Kind: SplitHeads, Dim: 0, Units: units, Per: per, Groups: 1}
+}
 
 // rowsOf splits dimension dim (input columns) by units of per elements.
 func rowsOf(dim, units, per int) Shard {
