@@ -164,13 +164,15 @@ func numel(shape []int) int64 {
 // replicatedShard and the split constructors name the rules of the table.
 var replicatedShard = Shard{}
 
-// cols splits dim 0 (output rows) by units of per elements.
-func cols(units, per int) Shard {
+// colwise splits dim 0 (output rows, column-parallel) by units of per
+// elements.
+func colwise(units, per int) Shard {
 	return Shard{Kind: SplitHeads, Dim: 0, Units: units, Per: per, Groups: 1}
 }
 
-// rowsOf splits dimension dim (input columns) by units of per elements.
-func rowsOf(dim, units, per int) Shard {
+// rowwise splits dimension dim (input columns, row-parallel) by units of
+// per elements.
+func rowwise(dim, units, per int) Shard {
 	return Shard{Kind: SplitHeads, Dim: dim, Units: units, Per: per, Groups: 1}
 }
 
@@ -305,11 +307,11 @@ func (c *ModelConfig) LayerTensors(f WeightForm, l int) []TensorSpec {
 		dkv := c.QKNopeHeadDim + c.VHeadDim
 		add(a+"q_a_proj.weight", true, true, replicatedShard, qr, D)
 		add(a+"q_a_layernorm.weight", false, false, replicatedShard, qr)
-		add(a+"q_b_proj.weight", true, true, cols(ha, dk), ha*dk, qr)
+		add(a+"q_b_proj.weight", true, true, colwise(ha, dk), ha*dk, qr)
 		add(a+"kv_a_proj_with_mqa.weight", true, true, replicatedShard, r+c.QKRopeHeadDim, D)
 		add(a+"kv_a_layernorm.weight", false, false, replicatedShard, r)
-		add(a+"kv_b_proj.weight", true, true, cols(ha, dkv), ha*dkv, r)
-		add(a+"o_proj.weight", true, true, rowsOf(1, ha, c.VHeadDim), D, ha*c.VHeadDim)
+		add(a+"kv_b_proj.weight", true, true, colwise(ha, dkv), ha*dkv, r)
+		add(a+"o_proj.weight", true, true, rowwise(1, ha, c.VHeadDim), D, ha*c.VHeadDim)
 		if !c.SharedIndexer(l) {
 			// The indexer is not in the tp_plan: replicated.
 			part = partIndexer
@@ -330,7 +332,7 @@ func (c *ModelConfig) LayerTensors(f WeightForm, l int) []TensorSpec {
 		part = partKDA
 		h, k, w := c.LinearNumHeads, c.LinearHeadDim, c.LinearConvKernelDim
 		hk := h * k
-		heads := cols(h, k)
+		heads := colwise(h, k)
 		for _, q := range []string{"q", "k", "v"} {
 			add(a+q+"_proj.weight", true, true, heads, hk, D)
 		}
@@ -348,12 +350,12 @@ func (c *ModelConfig) LayerTensors(f WeightForm, l int) []TensorSpec {
 		add(fg+"f_a_proj.weight", true, false, replicatedShard, k, D)
 		add(fg+"f_b_proj.weight", true, false, heads, hk, k)
 		add(fg+"dt_bias", false, false, heads, hk)
-		add(fg+"A_log", false, false, cols(h, 1), h)
-		add(a+"b_proj.weight", true, false, cols(h, 1), h, D)
+		add(fg+"A_log", false, false, colwise(h, 1), h)
+		add(a+"b_proj.weight", true, false, colwise(h, 1), h, D)
 		add(a+"g_a_proj.weight", true, false, replicatedShard, k, D)
 		add(a+"g_b_proj.weight", true, false, heads, hk, k)
 		add(a+"o_norm.weight", false, false, replicatedShard, k)
-		add(a+"o_proj.weight", true, true, rowsOf(1, h, k), D, hk)
+		add(a+"o_proj.weight", true, true, rowwise(1, h, k), D, hk)
 	}
 	mp := p + "mlp."
 	if c.IsMoE(l) {
@@ -370,27 +372,27 @@ func (c *ModelConfig) LayerTensors(f WeightForm, l int) []TensorSpec {
 		}
 		if f.FusedExperts {
 			routed(mp+"experts.gate_up_proj", -1, true, Shard{Kind: SplitHeads, Dim: 1, Units: im, Per: 1, Groups: 2}, e, 2*im, D)
-			routed(mp+"experts.down_proj", -1, true, rowsOf(2, im, 1), e, D, im)
+			routed(mp+"experts.down_proj", -1, true, rowwise(2, im, 1), e, D, im)
 		} else {
 			for x := range e {
 				ep := fmt.Sprintf("%sexperts.%d.", mp, x)
-				routed(ep+"gate_proj.weight", x, false, cols(im, 1), im, D)
-				routed(ep+"up_proj.weight", x, false, cols(im, 1), im, D)
-				routed(ep+"down_proj.weight", x, false, rowsOf(1, im, 1), D, im)
+				routed(ep+"gate_proj.weight", x, false, colwise(im, 1), im, D)
+				routed(ep+"up_proj.weight", x, false, colwise(im, 1), im, D)
+				routed(ep+"down_proj.weight", x, false, rowwise(1, im, 1), D, im)
 			}
 		}
 		if ish := im * c.NSharedExperts; ish > 0 {
 			part = partSharedExperts
-			add(mp+"shared_experts.gate_proj.weight", true, true, cols(ish, 1), ish, D)
-			add(mp+"shared_experts.up_proj.weight", true, true, cols(ish, 1), ish, D)
-			add(mp+"shared_experts.down_proj.weight", true, true, rowsOf(1, ish, 1), D, ish)
+			add(mp+"shared_experts.gate_proj.weight", true, true, colwise(ish, 1), ish, D)
+			add(mp+"shared_experts.up_proj.weight", true, true, colwise(ish, 1), ish, D)
+			add(mp+"shared_experts.down_proj.weight", true, true, rowwise(1, ish, 1), D, ish)
 		}
 	} else {
 		part = partDenseMLP
 		i := c.IntermediateSize
-		add(mp+"gate_proj.weight", true, true, cols(i, 1), i, D)
-		add(mp+"up_proj.weight", true, true, cols(i, 1), i, D)
-		add(mp+"down_proj.weight", true, true, rowsOf(1, i, 1), D, i)
+		add(mp+"gate_proj.weight", true, true, colwise(i, 1), i, D)
+		add(mp+"up_proj.weight", true, true, colwise(i, 1), i, D)
+		add(mp+"down_proj.weight", true, true, rowwise(1, i, 1), D, i)
 	}
 	return s
 }
