@@ -49,17 +49,13 @@ func cacheHonored(v string) bool { return v == "auto" || v == fmtBF16 || v == fm
 // formula glm5next.NewCache allocates by, the planner plans by and the
 // engine sizes the cache by.
 func CacheFootprint(c *ModelConfig, elem int64, tp int) PlanCache {
-	return cacheFootprint(c, elem, tp, false)
+	return CacheFootprintMTP(c, elem, tp, 0)
 }
 
-// CacheFootprintMTP is CacheFootprint for a model that runs its MTP
-// layers (speculative decoding): their DSA caches per token, and a
-// rollback backup of every sequence's KDA state.
-func CacheFootprintMTP(c *ModelConfig, elem int64, tp int) PlanCache {
-	return cacheFootprint(c, elem, tp, true)
-}
-
-func cacheFootprint(c *ModelConfig, elem int64, tp int, mtp bool) PlanCache {
+// CacheFootprintMTP is CacheFootprint for a model that runs mtp of its
+// MTP layers (speculative decoding): their DSA caches per token and, when
+// mtp > 0, a rollback backup of every sequence's KDA state.
+func CacheFootprintMTP(c *ModelConfig, elem int64, tp, mtp int) PlanCache {
 	var pc PlanCache
 	for _, t := range c.CacheTensors(tp, mtp) {
 		e := elem
@@ -83,7 +79,7 @@ func cacheFootprint(c *ModelConfig, elem int64, tp int, mtp bool) PlanCache {
 			pc.StateBytesPerSequence += b
 		}
 	}
-	if mtp && c.NumNextnPredictLayers > 0 {
+	if mtp > 0 {
 		// The rollback backup of every state slot.
 		pc.ConvBytesPerSequence *= 2
 		pc.StateBytesPerSequence *= 2

@@ -426,17 +426,14 @@ func (t CacheTensor) RowElems() int64 { return numel(t.Row) }
 
 // CacheTensors lists the cache of one rank of tp TP ranks (which split the
 // KDA heads; the DSA latent and indexer keys are not split), layer by
-// layer, with the MTP layers' DSA caches when mtp.
-func (c *ModelConfig) CacheTensors(tp int, mtp bool) []CacheTensor {
+// layer, then the DSA caches of the mtp MTP layers the model runs (DSA
+// layers with their own indexer).
+func (c *ModelConfig) CacheTensors(tp, mtp int) []CacheTensor {
 	tp = max(tp, 1)
 	var s []CacheTensor
-	layers := c.NumHiddenLayers
-	if mtp {
-		layers += c.NumNextnPredictLayers
-	}
 	r, di, kp := c.KVLoraRank, c.IndexHeadDim, max(c.IndexKPool, 1)
-	for l := range layers {
-		if c.IsDSA(l) {
+	for l := range c.NumHiddenLayers + max(mtp, 0) {
+		if l >= c.NumHiddenLayers || c.IsDSA(l) {
 			s = append(s, CacheTensor{Name: CacheLatent, Layer: l, PerToken: true, Pool: 1, Row: []int{r}})
 			if !c.SharedIndexer(l) {
 				s = append(s,
