@@ -756,24 +756,9 @@ func readModelslimType(dir string) (string, bool, error) {
 // checkParallel validates TP/EP against the model's shapes.
 func (pl *planner) checkParallel() error {
 	c, a := pl.c, pl.a
-	divides := []struct {
-		what string
-		n    int
-	}{
-		{"num_attention_heads", c.NumAttentionHeads},
-		{"linear_attn_config.num_heads (KDA heads)", c.LinearNumHeads},
-		{"intermediate_size (dense MLP)", c.IntermediateSize},
-		{"the shared experts' intermediate size", c.MoEIntermediateSize * c.NSharedExperts},
-	}
-	if !a.EnableExpertParallel {
-		divides = append(divides, struct {
-			what string
-			n    int
-		}{"moe_intermediate_size (routed experts without --enable-expert-parallel)", c.MoEIntermediateSize})
-	}
-	for _, d := range divides {
-		if d.n > 0 && d.n%pl.tp != 0 {
-			return fmt.Errorf("--tensor-parallel-size: %d does not divide %s (%d)", pl.tp, d.what, d.n)
+	for _, d := range c.TPSizes(a.EnableExpertParallel) {
+		if d.N > 0 && d.N%pl.tp != 0 {
+			return fmt.Errorf("--tensor-parallel-size: %d does not divide %s (%d)", pl.tp, d.What, d.N)
 		}
 	}
 	if a.EnableExpertParallel {

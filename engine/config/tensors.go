@@ -397,6 +397,29 @@ func (c *ModelConfig) LayerTensors(f WeightForm, l int) []TensorSpec {
 	return s
 }
 
+// TPSize is a size the TP size must divide, named for messages.
+type TPSize struct {
+	What string
+	N    int
+}
+
+// TPSizes lists the sizes the table's SplitHeads rules split over TP (the
+// routed experts' intermediate size only without expert parallelism,
+// when each expert is split): what the planner and the model check a TP
+// size against.
+func (c *ModelConfig) TPSizes(ep bool) []TPSize {
+	s := []TPSize{
+		{"num_attention_heads", c.NumAttentionHeads},
+		{"linear_attn_config.num_heads (KDA heads)", c.LinearNumHeads},
+		{"intermediate_size (dense MLP)", c.IntermediateSize},
+		{"the shared experts' intermediate size", c.MoEIntermediateSize * c.NSharedExperts},
+	}
+	if !ep {
+		s = append(s, TPSize{"moe_intermediate_size (routed experts without expert parallelism)", c.MoEIntermediateSize})
+	}
+	return s
+}
+
 // Cache tensor names (CacheTensor.Name).
 const (
 	CacheLatent     = "latent"      // DSA: normalised MLA latent, kv_lora_rank per token

@@ -106,3 +106,67 @@ func TestTableMatchesFixtures(t *testing.T) {
 		t.Errorf("the MTP fixture is missing: %v", err)
 	}
 }
+
+// TestTPSizesCoverTable: every size a SplitHeads rule of the table splits
+// over TP is one TPSizes checks (the routed experts' only without expert
+// parallelism), so a TP size that passes the check splits every tensor
+// evenly.
+func TestTPSizesCoverTable(t *testing.T) {
+	for _, dir := range []string{"testdata/glm5.3-flash", "testdata/tiny", "../../testdata/glm5next/shared"} {
+		c, err := config.LoadModel(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ep := range []bool{false, true} {
+			checked := map[int]bool{}
+			for _, s := range c.TPSizes(ep) {
+				checked[s.N] = true
+			}
+			f := config.WeightForm{FusedConv: true, FusedExperts: true, LMHead: true}
+			for _, x := range append(append(c.Tensors(f), c.Tensors(c.OfficialForm())...), c.MTPTensors(f)...) {
+				if x.TP.Kind != config.SplitHeads || ep && x.Routed {
+					continue
+				}
+				if x.TP.Units*x.TP.Per*max(x.TP.Groups, 1) != x.Shape[x.TP.Dim] {
+					t.Errorf("%s: %s rule %+v does not tile dimension %d of %v", dir, x.Name, x.TP, x.TP.Dim, x.Shape)
+				}
+				if !checked[x.TP.Units] {
+					t.Errorf("%s (ep %v): %s splits %d units over TP, which TPSizes does not check", dir, ep, x.Name, x.TP.Units)
+				}
+			}
+		}
+	}
+}
+
+// TestShardRanges: the element ranges and local shapes of the TP rules.
+func TestShardRanges(t *testing.T) {
+	heads := config.Shard{Kind: config.SplitHeads, Dim: 0, Units: 4, Per: 3, Groups: 1}
+	fused := config.Shard{Kind: config.SplitHeads, Dim: 0, Units: 4, Per: 2, Groups: 3}
+	vocab := config.Shard{Kind: config.SplitVocab, Units: 10, Per: 1, Groups: 1}
+	for _, tc := range []struct {
+		name   string
+		s      config.Shard
+		shape  []int
+		tp, r  int
+		ranges [][2]int
+		local  []int
+	}{
+		{"replicated", config.Shard{}, []int{8, 2}, 2, 1, nil, []int{8, 2}},
+		{"heads rank 0", heads, []int{12, 5}, 2, 0, [][2]int{{0, 6}}, []int{6, 5}},
+		{"heads rank 3", heads, []int{12, 5}, 4, 3, [][2]int{{9, 12}}, []int{3, 5}},
+		{"heads tp 1", heads, []int{12, 5}, 1, 0, nil, []int{12, 5}},
+		{"fused q|k|v rank 1", fused, []int{24, 1, 4}, 2, 1, [][2]int{{4, 8}, {12, 16}, {20, 24}}, []int{12, 1, 4}},
+		{"row-parallel", config.Shard{Kind: config.SplitHeads, Dim: 1, Units: 6, Per: 1, Groups: 1}, []int{4, 6}, 3, 2, [][2]int{{4, 6}}, []int{4, 2}},
+		{"vocab divides", vocab, []int{10, 4}, 2, 1, [][2]int{{5, 10}}, []int{5, 4}},
+		{"vocab does not divide", vocab, []int{10, 4}, 3, 1, nil, []int{10, 4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.s.Ranges(tc.tp, tc.r); !slices.Equal(got, tc.ranges) {
+				t.Errorf("Ranges(%d, %d) = %v, want %v", tc.tp, tc.r, got, tc.ranges)
+			}
+			if got := tc.s.LocalShape(tc.shape, tc.tp); !slices.Equal(got, tc.local) {
+				t.Errorf("LocalShape(%v, %d) = %v, want %v", tc.shape, tc.tp, got, tc.local)
+			}
+		})
+	}
+}

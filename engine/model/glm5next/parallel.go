@@ -130,9 +130,10 @@ func ExpertRange(e, ep, r int) (first, n int) {
 	return r*base + min(r, rem), n
 }
 
-// resolve checks p against the model and computes this rank's sizes; nil
-// for a single rank.
-func (p *Parallel) resolve(full dims) (*parallel, error) {
+// resolve checks p against the model (the TP sizes of the spec table,
+// config.ModelConfig.TPSizes) and computes this rank's sizes; nil for a
+// single rank.
+func (p *Parallel) resolve(c *config.ModelConfig, full dims) (*parallel, error) {
 	if p == nil || (p.TPSize <= 1 && p.EPSize <= 1) {
 		return nil, nil
 	}
@@ -159,24 +160,9 @@ func (p *Parallel) resolve(full dims) (*parallel, error) {
 		return nil
 	}
 	tp := q.TPSize
-	divides := []struct {
-		what string
-		n    int
-	}{
-		{"num_attention_heads", full.HA},
-		{"linear_attn_config.num_heads (KDA heads)", full.H},
-		{"intermediate_size (dense MLP)", full.I},
-		{"the shared experts' intermediate size", full.Ish},
-	}
-	if !q.ep() {
-		divides = append(divides, struct {
-			what string
-			n    int
-		}{"moe_intermediate_size (routed experts without expert parallelism)", full.Im})
-	}
-	for _, d := range divides {
-		if d.n%tp != 0 {
-			return nil, fmt.Errorf("glm5next: tensor parallel size %d does not divide %s (%d)", tp, d.what, d.n)
+	for _, d := range c.TPSizes(q.ep()) {
+		if d.N%tp != 0 {
+			return nil, fmt.Errorf("glm5next: tensor parallel size %d does not divide %s (%d)", tp, d.What, d.N)
 		}
 	}
 	if q.ep() && q.EPSize > full.E {
@@ -226,7 +212,7 @@ func (p *parallel) localDims() dims {
 
 // setParallel places m (built by newModel) according to par.
 func (m *Model) setParallel(par *Parallel) error {
-	p, err := par.resolve(m.d)
+	p, err := par.resolve(m.cfg, m.d)
 	if err != nil || p == nil {
 		return err
 	}
