@@ -47,27 +47,44 @@ func cacheHonored(v string) bool { return v == "auto" || v == fmtBF16 || v == fm
 
 // CacheFootprint fills the per-token and per-sequence byte counts of one
 // rank's cache for model c with elem-byte cache elements and TP ranks
-// splitting the KDA heads: the one formula glm5next.NewCache allocates by,
-// the planner plans by and the engine sizes the cache by.
+// splitting the KDA heads, from the cache table (CacheTensors): the one
+// formula glm5next.NewCache allocates by, the planner plans by and the
+// engine sizes the cache by.
 func CacheFootprint(c *ModelConfig, elem int64, tp int) PlanCache {
+	return CacheFootprintMTP(c, elem, tp, 0)
+}
+
+// CacheFootprintMTP is CacheFootprint for a model that runs mtp of its
+// MTP layers (speculative decoding): their DSA caches per token and, when
+// mtp > 0, a rollback backup of every sequence's KDA state.
+func CacheFootprintMTP(c *ModelConfig, elem int64, tp, mtp int) PlanCache {
 	var pc PlanCache
-	r, di, kp := int64(c.KVLoraRank), int64(c.IndexHeadDim), int64(max(c.IndexKPool, 1))
-	tp = max(tp, 1)
-	for l := range c.NumHiddenLayers {
-		if c.IsDSA(l) {
-			pc.DSALayersCached++
-			pc.LatentBytesPerToken += r * elem
-			if !c.SharedIndexer(l) {
-				pc.FullIndexerLayers++
-				pc.IndexerBytesPerToken += 2 * di * elem
-				pc.PooledBytesPerToken += di * elem / kp
-			}
-			continue
+	for _, t := range c.CacheTensors(tp, mtp) {
+		e := elem
+		if t.F32 {
+			e = 4
 		}
-		pc.KDALayersCached++
-		h, k, w := int64(c.LinearNumHeads)/int64(tp), int64(c.LinearHeadDim), int64(c.LinearConvKernelDim)
-		pc.ConvBytesPerSequence += (w - 1) * 3 * h * k * 4
-		pc.StateBytesPerSequence += h * k * k * 4
+		b := t.RowElems() * e / int64(max(t.Pool, 1))
+		switch t.Name {
+		case CacheLatent:
+			pc.DSALayersCached++
+			pc.LatentBytesPerToken += b
+		case CacheIndexKeys, CacheIndexGates:
+			pc.IndexerBytesPerToken += b
+		case CachePooled:
+			pc.FullIndexerLayers++
+			pc.PooledBytesPerToken += b
+		case CacheConv:
+			pc.KDALayersCached++
+			pc.ConvBytesPerSequence += b
+		case CacheState:
+			pc.StateBytesPerSequence += b
+		}
+	}
+	if mtp > 0 {
+		// The rollback backup of every state slot.
+		pc.ConvBytesPerSequence *= 2
+		pc.StateBytesPerSequence *= 2
 	}
 	pc.BytesPerToken = pc.LatentBytesPerToken + pc.IndexerBytesPerToken + pc.PooledBytesPerToken
 	pc.BytesPerSequenceState = pc.ConvBytesPerSequence + pc.StateBytesPerSequence

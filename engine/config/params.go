@@ -37,100 +37,56 @@ type ParamCount struct {
 	ActiveWithMTP int64 // Active + MTPActive
 }
 
-// Per-block parameter counts, exported through ParamCount.
-
-// kdaParams is one KDA attention block.
-func (c *ModelConfig) kdaParams() int64 {
-	d := int64(c.HiddenSize)
-	h, k := int64(c.LinearNumHeads), int64(c.LinearHeadDim)
-	hk := h * k
-	return 3*hk*d + // q/k/v_proj
-		3*hk*int64(c.LinearConvKernelDim) + // q/k/v_conv1d
-		k*d + hk*k + // f_a_proj, f_b_proj
-		hk + h + // dt_bias, A_log
-		h*d + // b_proj
-		k*d + hk*k + // g_a_proj, g_b_proj
-		k + // o_norm
-		d*hk // o_proj
-}
-
-// indexerParams is one DSA indexer.
-func (c *ModelConfig) indexerParams() int64 {
-	d := int64(c.HiddenSize)
-	hi, id := int64(c.IndexNHeads), int64(c.IndexHeadDim)
-	return int64(c.QLoraRank)*hi*id + // wq_b
-		id*d + // wk
-		2*id + // k_norm weight, bias
-		hi*d + // weights_proj
-		id*d + // index_kpool_compress_gate
-		int64(c.IndexKPool)*id // index_kpool_compress_ape
-}
-
-// mlaParams is one DSA attention block without its indexer.
-func (c *ModelConfig) mlaParams() int64 {
-	d := int64(c.HiddenSize)
-	h := int64(c.NumAttentionHeads)
-	q, kv := int64(c.QLoraRank), int64(c.KVLoraRank)
-	qk := int64(c.QKNopeHeadDim + c.QKRopeHeadDim)
-	return d*q + q + // q_a_proj, q_a_layernorm
-		q*h*qk + // q_b_proj
-		d*(kv+int64(c.QKRopeHeadDim)) + kv + // kv_a_proj_with_mqa, kv_a_layernorm
-		kv*h*int64(c.QKNopeHeadDim+c.VHeadDim) + // kv_b_proj
-		h*int64(c.VHeadDim)*d // o_proj
-}
-
-// moeParams returns one MoE layer's total and per-token counts.
-func (c *ModelConfig) moeParams() (total, active int64) {
-	d, e := int64(c.HiddenSize), int64(c.NRoutedExperts)
-	expert := 3 * d * int64(c.MoEIntermediateSize)
-	router := e*d + e // gate.weight, gate.e_score_correction_bias
-	shared := int64(c.NSharedExperts) * expert
-	return e*expert + shared + router, int64(c.NumExpertsPerTok)*expert + shared + router
-}
-
-// ParamCount counts the model's parameters by part.
+// ParamCount counts the model's parameters by part, summing the tensor
+// table (Tensors and MTPTensors; the fused-experts form, whose counts are
+// the official form's, keeps it to a few tensors per layer kind).
 func (c *ModelConfig) ParamCount() ParamCount {
 	var p ParamCount
-	d, v := int64(c.HiddenSize), int64(c.VocabSize)
-	n := int64(c.HCMult)
-	mix := (2 + n) * n
-	mhcLayer := 2 * (mix*n*d + mix + 3)
-	moeTotal, moeActive := c.moeParams()
-	dense := 3 * d * int64(c.IntermediateSize)
-
-	p.Embed = v * d
-	if !c.TieWordEmbeddings {
-		p.LMHead = v * d
-	}
-	for l := range c.NumHiddenLayers {
-		if c.IsDSA(l) {
-			p.DSA += c.mlaParams()
-			if !c.SharedIndexer(l) {
-				p.DSA += c.indexerParams()
-				p.Indexer += c.indexerParams()
+	f := c.OfficialForm()
+	f.FusedExperts = true
+	e, k := int64(max(c.NRoutedExperts, 1)), int64(c.NumExpertsPerTok)
+	var routed, mtpRouted int64
+	c.eachTensorKind(f, func(t TensorSpec, layers int64) {
+		n := t.Params() * layers
+		if t.MTP {
+			p.MTP += n
+			if t.Routed {
+				mtpRouted += n
 			}
-		} else {
-			p.KDA += c.kdaParams()
+			return
 		}
-		if c.IsMoE(l) {
-			p.MoE += moeTotal
-			p.MoEActive += moeActive
-		} else {
-			p.DenseMLP += dense
+		switch t.Part {
+		case partEmbed:
+			p.Embed += n
+		case partLMHead:
+			p.LMHead += n
+		case partKDA:
+			p.KDA += n
+		case partMLA:
+			p.DSA += n
+		case partIndexer:
+			p.DSA += n
+			p.Indexer += n
+		case partDenseMLP:
+			p.DenseMLP += n
+		case partRouter, partSharedExperts:
+			p.MoE += n
+			p.MoEActive += n
+		case partRoutedExperts:
+			p.MoE += n
+			routed += n
+		case partMHC:
+			p.MHC += n
+		case partNorms:
+			p.Norms += n
 		}
-		p.MHC += mhcLayer
-		p.Norms += 2 * d
-	}
-	p.Norms += d // final norm
+	})
+	// One token runs num_experts_per_tok of the routed experts.
+	p.MoEActive += routed / e * k
+	p.MTPActive = p.MTP - mtpRouted + mtpRouted/e*k
 	p.Total = p.Embed + p.LMHead + p.KDA + p.DSA + p.DenseMLP + p.MoE + p.MHC + p.Norms
-	p.Active = v*d + p.KDA + p.DSA + p.DenseMLP + p.MoEActive + p.MHC + p.Norms
-
-	// An MTP layer: DSA attention (own indexer) + MoE, plain pre-norm
-	// residual (no mHC), enorm, hnorm, eh_proj [D, 2D], shared_head.norm.
-	mtpFixed := c.mlaParams() + c.indexerParams() + 2*d + 2*d + 2*d*d + d
-	k := int64(c.NumNextnPredictLayers)
-	p.MTP = k * (mtpFixed + moeTotal)
-	p.MTPActive = k * (mtpFixed + moeActive)
+	// The lm_head matmul counts even when tied; the embedding lookup not.
+	p.Active = int64(c.VocabSize)*int64(c.HiddenSize) + p.KDA + p.DSA + p.DenseMLP + p.MoEActive + p.MHC + p.Norms
 	p.TotalWithMTP = p.Total + p.MTP
 	p.ActiveWithMTP = p.Active + p.MTPActive
 	return p

@@ -756,24 +756,9 @@ func readModelslimType(dir string) (string, bool, error) {
 // checkParallel validates TP/EP against the model's shapes.
 func (pl *planner) checkParallel() error {
 	c, a := pl.c, pl.a
-	divides := []struct {
-		what string
-		n    int
-	}{
-		{"num_attention_heads", c.NumAttentionHeads},
-		{"linear_attn_config.num_heads (KDA heads)", c.LinearNumHeads},
-		{"intermediate_size (dense MLP)", c.IntermediateSize},
-		{"the shared experts' intermediate size", c.MoEIntermediateSize * c.NSharedExperts},
-	}
-	if !a.EnableExpertParallel {
-		divides = append(divides, struct {
-			what string
-			n    int
-		}{"moe_intermediate_size (routed experts without --enable-expert-parallel)", c.MoEIntermediateSize})
-	}
-	for _, d := range divides {
-		if d.n > 0 && d.n%pl.tp != 0 {
-			return fmt.Errorf("--tensor-parallel-size: %d does not divide %s (%d)", pl.tp, d.what, d.n)
+	for _, d := range c.TPSizes(a.EnableExpertParallel) {
+		if d.N > 0 && d.N%pl.tp != 0 {
+			return fmt.Errorf("--tensor-parallel-size: %d does not divide %s (%d)", pl.tp, d.What, d.N)
 		}
 	}
 	if a.EnableExpertParallel {
@@ -810,9 +795,9 @@ func (pl *planner) expertsOf(e int) (first, n int) {
 
 // tensorBytes is the memory of count tensors of rows×cols on a rank.
 func (pl *planner) tensorBytes(g tensorGroup, count, rows, cols int64) int64 {
-	if !g.quant || (HostBackend(pl.backend) && !isModelslimFormat(pl.fmt)) {
+	if !g.Quant || (HostBackend(pl.backend) && !isModelslimFormat(pl.fmt)) {
 		elem := pl.otherBytes
-		if g.matrix {
+		if g.Matrix {
 			elem = pl.matrixBytes
 		}
 		return count * rows * cols * elem
@@ -822,7 +807,7 @@ func (pl *planner) tensorBytes(g tensorGroup, count, rows, cols int64) int64 {
 	switch pl.fmt {
 	case fmtW8A8:
 		switch {
-		case g.experts > 0: // routed experts are W8A8_DYNAMIC
+		case g.Routed: // routed experts are W8A8_DYNAMIC
 			per = w + rows*4
 		case HostBackend(pl.backend): // deq_scale (fp32) + quant_bias (int32)
 			per = w + rows*(4+4)
@@ -845,29 +830,20 @@ func (pl *planner) tensorBytes(g tensorGroup, count, rows, cols int64) int64 {
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
-// groupOnRank is what rank (tp rank t, EP rank e) holds of g.
+// groupOnRank is what rank (tp rank t, EP rank e) holds of g: under
+// expert parallelism a routed expert's tensors whole on its owner, else
+// the table's TP share.
 func (pl *planner) groupOnRank(g tensorGroup, t, e int) (params, bytes int64) {
-	tp := int64(pl.tp)
-	count, rows, cols := g.layers, g.rows, g.cols
-	if g.experts > 0 && pl.ep > 0 {
-		_, n := pl.expertsOf(e)
-		count *= int64(n)
+	shape := g.Shape
+	if g.Routed && pl.ep > 0 {
+		if first, n := pl.expertsOf(e); g.Expert < first || g.Expert >= first+n {
+			return 0, 0
+		}
 	} else {
-		if g.experts > 0 {
-			count *= g.experts
-		}
-		switch g.shard {
-		case colwise:
-			rows /= tp
-		case rowwise:
-			cols /= tp
-		case vocabRows:
-			if rows%tp == 0 {
-				rows /= tp
-			}
-		}
+		shape = g.TP.LocalShape(shape, pl.tp)
 	}
-	return count * rows * cols, pl.tensorBytes(g, count, rows, cols)
+	rows, cols := int64(shape[0]), numel(shape[1:])
+	return g.layers * rows * cols, pl.tensorBytes(g, g.layers, rows, cols)
 }
 
 // partSharding describes a part's split.
@@ -1013,8 +989,8 @@ func (pl *planner) layout(p *Plan) {
 	groups := inventory(c)
 	partParams := map[string]int64{}
 	for _, g := range groups {
-		if !g.mtp {
-			partParams[g.part] += g.params()
+		if !g.MTP {
+			partParams[g.Part] += g.params()
 		}
 	}
 	type partSum struct{ params, bytes int64 }
@@ -1038,15 +1014,15 @@ func (pl *planner) layout(p *Plan) {
 			var mtpP, mtpB int64
 			for _, g := range groups {
 				gp, gb := pl.groupOnRank(g, t, max(e, 0))
-				if g.mtp {
+				if g.MTP {
 					mtpP += gp
 					mtpB += gb
 					continue
 				}
-				s := sums[g.part]
+				s := sums[g.Part]
 				s.params += gp
 				s.bytes += gb
-				sums[g.part] = s
+				sums[g.Part] = s
 				rank.Params += gp
 				rank.WeightBytes += gb
 			}
@@ -1076,7 +1052,7 @@ func (pl *planner) layout(p *Plan) {
 		}
 		quant := false
 		for _, g := range groups {
-			if g.part == part && g.quant && !g.mtp {
+			if g.Part == part && g.Quant && !g.MTP {
 				quant = true
 			}
 		}

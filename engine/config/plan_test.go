@@ -44,7 +44,7 @@ func TestInventoryMatchesParamCount(t *testing.T) {
 		c := loadModel(t, dir)
 		var main, mtp int64
 		for _, g := range inventory(c) {
-			if g.mtp {
+			if g.MTP {
 				mtp += g.params()
 			} else {
 				main += g.params()

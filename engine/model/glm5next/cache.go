@@ -65,36 +65,28 @@ func (m *Model) NewCache(numBlocks, blockSize, stateSlots int) (*Cache, error) {
 		Layers: make([]LayerCache, len(m.layers)), be: m.be,
 	}
 	var err error
-	alloc := func(what string, l int, dt npu.DType, shape ...int) *npu.Tensor {
-		if err != nil {
-			return nil
-		}
-		var t *npu.Tensor
-		if t, err = m.be.Alloc(dt, shape...); err != nil {
-			err = fmt.Errorf("glm5next: cache of layer %d (%s): %w", l, what, err)
-		}
-		return t
-	}
-	kdaSlots := stateSlots
+	kdaSlots, mtp := stateSlots, 0
 	if m.mtp != nil {
-		kdaSlots = 2 * stateSlots
-		c.MTP.Latent = alloc("MLA latents", len(m.layers), m.cacheDT, c.TokenSlots, d.R)
-		c.MTP.IndexKeys = alloc("indexer keys", len(m.layers), m.cacheDT, c.TokenSlots, d.Di)
-		c.MTP.IndexGates = alloc("indexer gates", len(m.layers), m.cacheDT, c.TokenSlots, d.Di)
-		c.MTP.Pooled = alloc("pooled indexer keys", len(m.layers), m.cacheDT, c.PoolSlots, d.Di)
+		kdaSlots, mtp = 2*stateSlots, 1
 	}
-	for l, ly := range m.layers {
-		lc := &c.Layers[l]
-		if ly.mla != nil {
-			lc.Latent = alloc("MLA latents", l, m.cacheDT, c.TokenSlots, d.R)
-			if ly.mla.idx != nil {
-				lc.IndexKeys = alloc("indexer keys", l, m.cacheDT, c.TokenSlots, d.Di)
-				lc.IndexGates = alloc("indexer gates", l, m.cacheDT, c.TokenSlots, d.Di)
-				lc.Pooled = alloc("pooled indexer keys", l, m.cacheDT, c.PoolSlots, d.Di)
-			}
-		} else {
-			lc.Conv = alloc("KDA conv window", l, npu.F32, kdaSlots, d.W-1, 3*d.H*d.K)
-			lc.State = alloc("KDA state", l, npu.F32, kdaSlots, d.H, d.K, d.K)
+	// The spec table's cache tensors (config.CacheTensors), as
+	// BytesPerToken and BytesPerSequenceState count them.
+	for _, t := range m.cfg.CacheTensors(m.tpSize(), mtp) {
+		lc := &c.MTP
+		if t.Layer < len(m.layers) {
+			lc = &c.Layers[t.Layer]
+		}
+		rows, dt := kdaSlots, m.cacheDT
+		if t.PerToken {
+			rows = c.TokenSlots / t.Pool
+		}
+		if t.F32 {
+			dt = npu.F32
+		}
+		what, field := cacheField(lc, t.Name)
+		if *field, err = m.be.Alloc(dt, append([]int{rows}, t.Row...)...); err != nil {
+			err = fmt.Errorf("glm5next: cache of layer %d (%s): %w", t.Layer, what, err)
+			break
 		}
 	}
 	if err != nil {
@@ -102,6 +94,26 @@ func (m *Model) NewCache(numBlocks, blockSize, stateSlots int) (*Cache, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// cacheField is the field of lc that holds the cache tensor called name
+// (config.CacheLatent, …) and what it is, for messages.
+func cacheField(lc *LayerCache, name string) (string, **npu.Tensor) {
+	switch name {
+	case config.CacheLatent:
+		return "MLA latents", &lc.Latent
+	case config.CacheIndexKeys:
+		return "indexer keys", &lc.IndexKeys
+	case config.CacheIndexGates:
+		return "indexer gates", &lc.IndexGates
+	case config.CachePooled:
+		return "pooled indexer keys", &lc.Pooled
+	case config.CacheConv:
+		return "KDA conv window", &lc.Conv
+	case config.CacheState:
+		return "KDA state", &lc.State
+	}
+	panic("glm5next: unknown cache tensor " + name)
 }
 
 // Free releases the cache's device memory.
@@ -121,28 +133,24 @@ func (c *Cache) Free(be npu.Backend) {
 }
 
 // BytesPerToken is the cache memory one token position takes in every DSA
-// layer (latent, raw indexer key and gate, and its share of a pooled key)
-// at the model's cache dtype, for capacity planning (config.CacheFootprint,
-// the planner's formula).
-func (m *Model) BytesPerToken() int64 {
-	b := config.CacheFootprint(m.cfg, int64(m.cacheDT.Size()), m.tpSize()).BytesPerToken
-	if m.mtp != nil {
-		// The MTP layer's latent, raw indexer key and gate, and pooled-key share.
-		d := m.d
-		b += int64(m.cacheDT.Size()) * int64(d.R+2*d.Di+(d.Di+d.KPool-1)/d.KPool)
-	}
-	return b
-}
+// layer (latent, raw indexer key and gate, and its share of a pooled key;
+// the MTP layer's too when it is loaded) at the model's cache dtype, for
+// capacity planning (config.CacheFootprint, the planner's formula, from
+// the spec table NewCache allocates by).
+func (m *Model) BytesPerToken() int64 { return m.footprint().BytesPerToken }
 
 // BytesPerSequenceState is the fixed cache memory of one sequence (KDA conv
-// window and recurrent state of this rank's KDA heads, fp32), i.e. of one
-// state slot.
-func (m *Model) BytesPerSequenceState() int64 {
-	b := config.CacheFootprint(m.cfg, int64(m.cacheDT.Size()), m.tpSize()).BytesPerSequenceState
+// window and recurrent state of this rank's KDA heads, fp32, and their
+// rollback backup when the MTP layer is loaded), i.e. of one state slot.
+func (m *Model) BytesPerSequenceState() int64 { return m.footprint().BytesPerSequenceState }
+
+// footprint is the cache table's byte counts for this rank.
+func (m *Model) footprint() config.PlanCache {
+	mtp := 0
 	if m.mtp != nil {
-		b *= 2 // the rollback backup of every slot
+		mtp = 1
 	}
-	return b
+	return config.CacheFootprintMTP(m.cfg, int64(m.cacheDT.Size()), m.tpSize(), mtp)
 }
 
 // CacheDType is the element type of the per-token cache (F32 on the host

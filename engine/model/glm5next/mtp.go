@@ -25,17 +25,16 @@ type mtpWeights struct {
 func (m *Model) HasMTP() bool { return m.mtp != nil }
 
 // mtpSpecs lists the MTP layer's tensors (checkpoint order within the
-// layer does not matter to the loader).
+// layer does not matter to the loader): the spec table's
+// (config.ModelConfig.MTPTensors) of layer num_hidden_layers.
 func mtpSpecs(c *config.ModelConfig, f weightForm) []spec {
-	d := newDims(c)
-	L := c.NumHiddenLayers
-	p := layerPrefix(L)
-	s := layerSpecs(c, f, L, false)
-	return append(s,
-		spec{name: p + "enorm.weight", shape: []int{d.D}},
-		spec{name: p + "hnorm.weight", shape: []int{d.D}},
-		spec{name: p + "eh_proj.weight", shape: []int{d.D, 2 * d.D}, matrix: true},
-		spec{name: p + "shared_head.norm.weight", shape: []int{d.D}})
+	var s []spec
+	for _, x := range fromTable(c.MTPTensors(f.table())) {
+		if x.row.Layer == c.NumHiddenLayers {
+			s = append(s, x)
+		}
+	}
+	return s
 }
 
 // checkMTP reports why the MTP layer cannot be loaded from a checkpoint

@@ -130,9 +130,10 @@ func ExpertRange(e, ep, r int) (first, n int) {
 	return r*base + min(r, rem), n
 }
 
-// resolve checks p against the model and computes this rank's sizes; nil
-// for a single rank.
-func (p *Parallel) resolve(full dims) (*parallel, error) {
+// resolve checks p against the model (the TP sizes of the spec table,
+// config.ModelConfig.TPSizes) and computes this rank's sizes; nil for a
+// single rank.
+func (p *Parallel) resolve(c *config.ModelConfig, full dims) (*parallel, error) {
 	if p == nil || (p.TPSize <= 1 && p.EPSize <= 1) {
 		return nil, nil
 	}
@@ -159,24 +160,9 @@ func (p *Parallel) resolve(full dims) (*parallel, error) {
 		return nil
 	}
 	tp := q.TPSize
-	divides := []struct {
-		what string
-		n    int
-	}{
-		{"num_attention_heads", full.HA},
-		{"linear_attn_config.num_heads (KDA heads)", full.H},
-		{"intermediate_size (dense MLP)", full.I},
-		{"the shared experts' intermediate size", full.Ish},
-	}
-	if !q.ep() {
-		divides = append(divides, struct {
-			what string
-			n    int
-		}{"moe_intermediate_size (routed experts without expert parallelism)", full.Im})
-	}
-	for _, d := range divides {
-		if d.n%tp != 0 {
-			return nil, fmt.Errorf("glm5next: tensor parallel size %d does not divide %s (%d)", tp, d.what, d.n)
+	for _, d := range c.TPSizes(q.ep()) {
+		if d.N%tp != 0 {
+			return nil, fmt.Errorf("glm5next: tensor parallel size %d does not divide %s (%d)", tp, d.What, d.N)
 		}
 	}
 	if q.ep() && q.EPSize > full.E {
@@ -226,7 +212,7 @@ func (p *parallel) localDims() dims {
 
 // setParallel places m (built by newModel) according to par.
 func (m *Model) setParallel(par *Parallel) error {
-	p, err := par.resolve(m.d)
+	p, err := par.resolve(m.cfg, m.d)
 	if err != nil || p == nil {
 		return err
 	}
@@ -248,115 +234,41 @@ func (m *Model) Parallel() Parallel {
 // other ranks (tensor or expert parallelism).
 func (m *Model) Collective() bool { return m.par.tp() || m.par.ep() }
 
-// headRows selects, along dim, this TP rank's heads of per-head blocks of
-// size per: [r·h·per, (r+1)·h·per) with h heads per rank, repeated for
-// each of parts consecutive groups of total·per (a fused q|k|v tensor).
-func (p *parallel) headRows(dim, total, per, parts int) *loader.Slice {
-	h := total / p.TPSize
-	s := &loader.Slice{Dim: dim}
-	for g := range parts {
-		base := g * total * per
-		s.Ranges = append(s.Ranges, loader.Range{Lo: base + p.TPRank*h*per, Hi: base + (p.TPRank+1)*h*per})
-	}
-	return s
-}
-
 // shard sets the slice or skip of every spec for this rank (specs keep
-// their full checkpoint shapes).
-func (p *parallel) shard(sp []spec, c *config.ModelConfig) []spec {
+// their full checkpoint shapes), by the spec table's rules: under expert
+// parallelism a routed expert's tensors whole on its owner (a stacked
+// tensor's rows of this rank's experts), else the TP share
+// (config.Shard). The MTP layer is loaded whole (no MTP under TP or EP).
+func (p *parallel) shard(sp []spec, _ *config.ModelConfig) []spec {
 	out := make([]spec, 0, len(sp))
 	for _, s := range sp {
-		s.slice, s.skip = p.sliceOf(s.name, c)
+		s.slice, s.skip = p.sliceOf(s.row)
 		out = append(out, s)
 	}
 	return out
 }
 
-// sliceOf is how this rank loads the tensor called name (canonical): a
-// slice, skip (another EP rank's expert), or whole (nil, false).
-func (p *parallel) sliceOf(name string, c *config.ModelConfig) (*loader.Slice, bool) {
-	d := p.full
-	if name == "model.embed_tokens.weight" || name == "lm_head.weight" {
-		if p.vocab {
-			return loader.Rows(p.vLo, p.vHi), false
-		}
+// sliceOf is how this rank loads the tensor t: a slice, skip (another EP
+// rank's expert), or whole (nil, false).
+func (p *parallel) sliceOf(t config.TensorSpec) (*loader.Slice, bool) {
+	if t.MTP {
 		return nil, false
 	}
-	rest, ok := strings.CutPrefix(name, "model.layers.")
-	if !ok {
-		return nil, false
-	}
-	idx, sub, _ := strings.Cut(rest, ".")
-	l, err := strconv.Atoi(idx)
-	if err != nil || l >= c.NumHiddenLayers {
-		return nil, false
-	}
-	sub = strings.Replace(sub, "self_attn.forget_gate.", "self_attn.", 1)
-	tp := p.tp()
-	if e, part, ok := expertOf(sub); ok {
-		if p.ep() {
-			return nil, e < p.first || e >= p.first+p.n
-		}
-		if !tp {
-			return nil, false
-		}
-		if part == "down_proj.weight" {
-			return p.headRows(1, d.Im, 1, 1), false
-		}
-		return p.headRows(0, d.Im, 1, 1), false
-	}
-	switch sub {
-	case "mlp.experts.gate_up_proj":
-		if p.ep() {
+	if t.Routed && p.ep() {
+		if t.Stacked {
 			return loader.Rows(p.first, p.first+p.n), false
 		}
-		if tp {
-			return p.headRows(1, d.Im, 1, 2), false
-		}
-		return nil, false
-	case "mlp.experts.down_proj":
-		if p.ep() {
-			return loader.Rows(p.first, p.first+p.n), false
-		}
-		if tp {
-			return p.headRows(2, d.Im, 1, 1), false
-		}
+		return nil, t.Expert < p.first || t.Expert >= p.first+p.n
+	}
+	rs := t.TP.Ranges(p.TPSize, p.TPRank)
+	if rs == nil {
 		return nil, false
 	}
-	if !tp {
-		return nil, false
+	sl := &loader.Slice{Dim: t.TP.Dim}
+	for _, r := range rs {
+		sl.Ranges = append(sl.Ranges, loader.Range{Lo: r[0], Hi: r[1]})
 	}
-	switch sub {
-	// DSA heads.
-	case "self_attn.q_b_proj.weight":
-		return p.headRows(0, d.HA, d.Dk, 1), false
-	case "self_attn.kv_b_proj.weight":
-		return p.headRows(0, d.HA, c.QKNopeHeadDim+d.Dv, 1), false
-	// KDA heads.
-	case "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-		"self_attn.q_conv1d.weight", "self_attn.k_conv1d.weight", "self_attn.v_conv1d.weight",
-		"self_attn.f_b_proj.weight", "self_attn.g_b_proj.weight", "self_attn.dt_bias":
-		return p.headRows(0, d.H, d.K, 1), false
-	case "self_attn.conv1d.weight":
-		return p.headRows(0, d.H, d.K, 3), false
-	case "self_attn.A_log", "self_attn.b_proj.weight":
-		return p.headRows(0, d.H, 1, 1), false
-	case "self_attn.o_proj.weight":
-		if c.IsDSA(l) {
-			return p.headRows(1, d.HA, d.Dv, 1), false
-		}
-		return p.headRows(1, d.H, d.K, 1), false
-	// Dense MLP and shared experts.
-	case "mlp.gate_proj.weight", "mlp.up_proj.weight":
-		return p.headRows(0, d.I, 1, 1), false
-	case "mlp.down_proj.weight":
-		return p.headRows(1, d.I, 1, 1), false
-	case "mlp.shared_experts.gate_proj.weight", "mlp.shared_experts.up_proj.weight":
-		return p.headRows(0, d.Ish, 1, 1), false
-	case "mlp.shared_experts.down_proj.weight":
-		return p.headRows(1, d.Ish, 1, 1), false
-	}
-	return nil, false
+	return sl, false
 }
 
 // expertOf parses "mlp.experts.<e>.<part>".

@@ -31,28 +31,22 @@ type weightForm struct {
 	lmHead bool
 }
 
+// table is f as the spec table's config.WeightForm.
+func (f weightForm) table() config.WeightForm {
+	return config.WeightForm{FusedConv: f.fusedConv, FusedExperts: f.fusedExperts, ForgetGate: f.forgetGate, LMHead: f.lmHead}
+}
+
 // detectForm reads the weight form from checkpoint tensor names (in any
 // namespace: flat model.*, nested model.language_model.*).
 func detectForm(names []string, cfg *config.ModelConfig) weightForm {
-	f := weightForm{lmHead: !cfg.TieWordEmbeddings}
-	for _, n := range names {
-		switch {
-		case strings.HasSuffix(n, ".self_attn.conv1d.weight"):
-			f.fusedConv = true
-		case strings.HasSuffix(n, ".mlp.experts.gate_up_proj"):
-			f.fusedExperts = true
-		case strings.Contains(n, ".self_attn.forget_gate."):
-			f.forgetGate = true
-		case n == "lm_head.weight":
-			f.lmHead = true
-		}
-	}
-	return f
+	t := cfg.DetectWeightForm(names)
+	return weightForm{fusedConv: t.FusedConv, fusedExperts: t.FusedExperts, forgetGate: t.ForgetGate, lmHead: t.LMHead}
 }
 
-// spec is one tensor the model needs: canonical flat name, shape, and
-// whether it is a matmul weight (which may stay BF16/F16 on the device;
-// everything else is loaded as F32).
+// spec is one tensor the model needs: a row of the spec table
+// (config.TensorSpec: canonical flat name, shape, whether it is a matmul
+// weight, which may stay BF16/F16 on the device while everything else is
+// loaded as F32, and its TP/EP rule), and how this rank loads it.
 type spec struct {
 	name   string
 	shape  []int
@@ -61,123 +55,26 @@ type spec struct {
 	// marks another expert-parallel rank's expert (see parallel.shard).
 	slice *loader.Slice
 	skip  bool
+	// row is the table's row (sharding rule, layer, expert).
+	row config.TensorSpec
 }
 
 // layerPrefix is the canonical name prefix of layer l.
-func layerPrefix(l int) string { return fmt.Sprintf("model.layers.%d.", l) }
+func layerPrefix(l int) string { return config.LayerPrefix(l) }
+
+// fromTable turns rows of the spec table into specs.
+func fromTable(rows []config.TensorSpec) []spec {
+	s := make([]spec, len(rows))
+	for i, r := range rows {
+		s[i] = spec{name: r.Name, shape: r.Shape, matrix: r.Matrix, row: r}
+	}
+	return s
+}
 
 // specs lists every tensor of the text model in form f, in checkpoint
-// order (embedding, layers, norm, head).
-func specs(c *config.ModelConfig, f weightForm) []spec {
-	d := newDims(c)
-	var s []spec
-	add := func(name string, matrix bool, shape ...int) {
-		s = append(s, spec{name: name, shape: shape, matrix: matrix})
-	}
-	add("model.embed_tokens.weight", true, d.V, d.D)
-	for l := range c.NumHiddenLayers {
-		s = append(s, layerSpecs(c, f, l, true)...)
-	}
-	add("model.norm.weight", false, d.D)
-	if f.lmHead {
-		add("lm_head.weight", true, d.V, d.D)
-	}
-	return s
-}
-
-// layerSpecs lists the tensors of decoder layer l (with its mHC
-// parameters when hc; the MTP layer has none).
-func layerSpecs(c *config.ModelConfig, f weightForm, l int, hc bool) []spec {
-	d := newDims(c)
-	var s []spec
-	add := func(name string, matrix bool, shape ...int) {
-		s = append(s, spec{name: name, shape: shape, matrix: matrix})
-	}
-	{
-		p := layerPrefix(l)
-		for _, site := range []string{"hc_attn_", "hc_ffn_"} {
-			if !hc {
-				break
-			}
-			add(p+site+"fn", false, d.mix, d.n*d.D)
-			add(p+site+"base", false, d.mix)
-			add(p+site+"scale", false, 3)
-		}
-		add(p+"input_layernorm.weight", false, d.D)
-		add(p+"post_attention_layernorm.weight", false, d.D)
-		a := p + "self_attn."
-		if c.IsDSA(l) {
-			add(a+"q_a_proj.weight", true, d.QR, d.D)
-			add(a+"q_a_layernorm.weight", false, d.QR)
-			add(a+"q_b_proj.weight", true, d.HA*d.Dk, d.QR)
-			add(a+"kv_a_proj_with_mqa.weight", true, d.R+c.QKRopeHeadDim, d.D)
-			add(a+"kv_a_layernorm.weight", false, d.R)
-			add(a+"kv_b_proj.weight", true, d.HA*(c.QKNopeHeadDim+d.Dv), d.R)
-			add(a+"o_proj.weight", true, d.D, d.HA*d.Dv)
-			if !c.SharedIndexer(l) {
-				x := a + "indexer."
-				add(x+"wq_b.weight", true, d.Hi*d.Di, d.QR)
-				add(x+"wk.weight", true, d.Di, d.D)
-				add(x+"k_norm.weight", false, d.Di)
-				add(x+"k_norm.bias", false, d.Di)
-				add(x+"weights_proj.weight", true, d.Hi, d.D)
-				add(x+"index_kpool_compress_gate", true, d.Di, d.D)
-				add(x+"index_kpool_compress_ape", false, d.KPool, d.Di)
-			}
-		} else {
-			hk := d.H * d.K
-			for _, q := range []string{"q", "k", "v"} {
-				add(a+q+"_proj.weight", true, hk, d.D)
-			}
-			if f.fusedConv {
-				add(a+"conv1d.weight", false, 3*hk, 1, d.W)
-			} else {
-				for _, q := range []string{"q", "k", "v"} {
-					add(a+q+"_conv1d.weight", false, hk, 1, d.W)
-				}
-			}
-			fg := a
-			if f.forgetGate {
-				fg = a + "forget_gate."
-			}
-			add(fg+"f_a_proj.weight", true, d.K, d.D)
-			add(fg+"f_b_proj.weight", true, hk, d.K)
-			add(fg+"dt_bias", false, hk)
-			add(fg+"A_log", false, d.H)
-			add(a+"b_proj.weight", true, d.H, d.D)
-			add(a+"g_a_proj.weight", true, d.K, d.D)
-			add(a+"g_b_proj.weight", true, hk, d.K)
-			add(a+"o_norm.weight", false, d.K)
-			add(a+"o_proj.weight", true, d.D, hk)
-		}
-		mp := p + "mlp."
-		if c.IsMoE(l) {
-			add(mp+"gate.weight", false, d.E, d.D)
-			add(mp+"gate.e_score_correction_bias", false, d.E)
-			if f.fusedExperts {
-				add(mp+"experts.gate_up_proj", true, d.E, 2*d.Im, d.D)
-				add(mp+"experts.down_proj", true, d.E, d.D, d.Im)
-			} else {
-				for e := range d.E {
-					ep := fmt.Sprintf("%sexperts.%d.", mp, e)
-					add(ep+"gate_proj.weight", true, d.Im, d.D)
-					add(ep+"up_proj.weight", true, d.Im, d.D)
-					add(ep+"down_proj.weight", true, d.D, d.Im)
-				}
-			}
-			if d.Ish > 0 {
-				add(mp+"shared_experts.gate_proj.weight", true, d.Ish, d.D)
-				add(mp+"shared_experts.up_proj.weight", true, d.Ish, d.D)
-				add(mp+"shared_experts.down_proj.weight", true, d.D, d.Ish)
-			}
-		} else {
-			add(mp+"gate_proj.weight", true, d.I, d.D)
-			add(mp+"up_proj.weight", true, d.I, d.D)
-			add(mp+"down_proj.weight", true, d.D, d.I)
-		}
-	}
-	return s
-}
+// order (embedding, layers, norm, head): the spec table's
+// (config.ModelConfig.Tensors).
+func specs(c *config.ModelConfig, f weightForm) []spec { return fromTable(c.Tensors(f.table())) }
 
 // assembler builds the model's tensors from loaded ones: it concatenates
 // and stacks pieces into the layouts the ops take and frees the pieces.
