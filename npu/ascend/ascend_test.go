@@ -17,6 +17,7 @@ import (
 	"github.com/npuserve/npuserve/npu"
 	"github.com/npuserve/npuserve/npu/ascend/acl"
 	"github.com/npuserve/npuserve/npu/cpu"
+	"github.com/npuserve/npuserve/npu/opcheck"
 )
 
 // The tests run against the stand-in CANN (testdata/standin, a test
@@ -338,5 +339,31 @@ func TestSocAndPreset(t *testing.T) {
 		if got := Preset(tc.soc); got != tc.want {
 			t.Errorf("Preset(%q) = %q, want %q", tc.soc, got, tc.want)
 		}
+	}
+}
+
+// TestConformanceTable runs npu/opcheck's table (what `npuserve selftest`
+// runs) for every op this build implements, against the CPU backend.
+func TestConformanceTable(t *testing.T) {
+	b := newBackend(t)
+	c := cpu.New(1)
+	missing := map[string]bool{}
+	for _, op := range unimplementedOps {
+		missing[op] = true
+	}
+	ran := 0
+	for _, tc := range opcheck.Cases() {
+		if missing[tc.Op] || !tc.Applies(b) {
+			continue
+		}
+		ran++
+		t.Run(tc.Key(), func(t *testing.T) {
+			if r := opcheck.RunCase(tc, b, c, opcheck.Options{Seed: 7, Reps: 1}); !r.Pass {
+				t.Fatalf("%v", r)
+			}
+		})
+	}
+	if ran == 0 {
+		t.Fatal("no case of the table applies")
 	}
 }
