@@ -276,6 +276,10 @@ func TestContractViolations(t *testing.T) {
 		{"phase 2 twice on one executor", "executor-single-use", func() {
 			b.do(func() { b.fillReusingExecutor(x, 1) })
 		}},
+		{"a Gather index beyond the table", "index-in-range", func() {
+			idx := npu.Must(b.FromHost(npu.I32, npu.EncodeInt32s([]int32{0, 11}), 2))
+			b.Gather(npu.Must(b.Alloc(npu.F32, 2, 3)), x.Reshape(11, 3), idx)
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -366,4 +370,52 @@ func TestConformanceTable(t *testing.T) {
 	if ran == 0 {
 		t.Fatal("no case of the table applies")
 	}
+}
+
+// TestTopKTiesAndNaN: equal values go to the lower index and NaN ranks
+// last, as on the CPU backend (the composition relies on a stable sort;
+// the stand-in breaks ties the other way when it is not asked for one).
+func TestTopKTiesAndNaN(t *testing.T) {
+	b := newBackend(t)
+	c := cpu.New(1)
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	rows := [][]float32{
+		{1, 3, 3, 2, 3, 0, 1, 2},
+		{nan, 0, nan, 0, -1, 0, 5, nan},
+		{-inf, inf, 2, inf, -inf, 2, 0, 1},
+		{7, 7, 7, 7, 7, 7, 7, 7},
+	}
+	const N = 8
+	var v []float32
+	for _, r := range rows {
+		v = append(v, r...)
+	}
+	for _, k := range []int{1, 3, 8} {
+		t.Run(fmt.Sprint("k", k), func(t *testing.T) {
+			x := put(t, b, c, npu.F32, v, len(rows), N)
+			vals, idx := zeros(t, b, c, npu.F32, len(rows), k), zeros(t, b, c, npu.I32, len(rows), k)
+			b.TopK(vals.a, idx.a, x.a, k)
+			c.TopK(vals.c, idx.c, x.c, k)
+			gv, wv := download(t, b, vals.a), download(t, c, vals.c)
+			gi, wi := downloadI32(t, b, idx.a), downloadI32(t, c, idx.c)
+			for i := range wv {
+				if gi[i] != wi[i] || !(gv[i] == wv[i] || (gv[i] != gv[i] && wv[i] != wv[i])) {
+					t.Fatalf("row %d entry %d: ascend (%v, %d), cpu (%v, %d)", i/k, i%k, gv[i], gi[i], wv[i], wi[i])
+				}
+			}
+		})
+	}
+}
+
+func downloadI32(t *testing.T, be npu.Backend, x *npu.Tensor) []int32 {
+	t.Helper()
+	buf := make([]byte, x.Bytes())
+	if err := be.Download(buf, x); err != nil {
+		t.Fatalf("Download %v: %v", x, err)
+	}
+	v := make([]int32, len(buf)/4)
+	for i := range v {
+		v[i] = int32(uint32(buf[4*i]) | uint32(buf[4*i+1])<<8 | uint32(buf[4*i+2])<<16 | uint32(buf[4*i+3])<<24)
+	}
+	return v
 }
