@@ -419,3 +419,17 @@ func downloadI32(t *testing.T, be npu.Backend, x *npu.Tensor) []int32 {
 	}
 	return v
 }
+
+func TestDescribe(t *testing.T) {
+	b := newBackend(t)
+	d := npu.Describe(b)
+	for key, want := range map[string]string{"cann": "8.5.0-standin", "cann_opbase": "8.5.0-standin", "acl_api": "1.17.0", "soc": "Ascend910B3",
+		"preset": "atlas-800-a2", "hbm_total_bytes": fmt.Sprint(64 << 20)} {
+		if d[key] != want {
+			t.Errorf("Describe()[%q] = %q, want %q", key, d[key], want)
+		}
+	}
+	if !strings.HasSuffix(d["libascendcl"], "libascendcl.so") || d["hbm_free_bytes"] == "" {
+		t.Errorf("Describe() = %v, want the library paths and free HBM", d)
+	}
+}
