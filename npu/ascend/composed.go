@@ -434,3 +434,140 @@ func (b *Backend) Conv1dUpdate(out, x, state, w *npu.Tensor, seqs *npu.SeqLayout
 		}
 	})
 }
+
+// alloc makes a scratch tensor on the device thread, for compositions
+// built from the public ops (each of which runs its own device call).
+func (b *Backend) alloc(dt npu.DType, shape ...int) *npu.Tensor {
+	var t *npu.Tensor
+	b.do(func() { t = b.scratch(dt, shape...) })
+	return t
+}
+
+// KPool compresses complete pools: out [P, d] = sum_j softmax_j(gate[j] +
+// ape[j]) * key[j] per channel, composed as aclnnAdd of ape [kp, d]
+// broadcast over gates [P, kp, d] into scratch, aclnnSoftmax over dim 1
+// in place, aclnnMul by keys and aclnnReduceSum over dim 1 into out.
+// Cost: 4 operators (plus a cast of a 16-bit ape) and about three passes
+// over keys' size; the softmax is fp32 where the CPU backend uses float64.
+func (b *Backend) KPool(out, keys, gates, ape *npu.Tensor) {
+	if ape.Rank() != 2 {
+		panic(fmt.Sprintf("ascend: KPool ape %v, want [kp, d]", ape))
+	}
+	kp, d := ape.Dim(0), ape.Dim(1)
+	if kp <= 0 || d <= 0 || keys.Numel()%(kp*d) != 0 || keys.Dim(-1) != d || keys.DType() != npu.F32 || gates.DType() != npu.F32 || out.DType() != npu.F32 {
+		panic(fmt.Sprintf("ascend: KPool keys %v with ape %v", keys, ape))
+	}
+	P := keys.Numel() / (kp * d)
+	if !npu.SameShape(gates.Shape(), keys.Shape()) || out.Numel() != P*d || (P > 0 && out.Dim(-1) != d) {
+		panic(fmt.Sprintf("ascend: KPool out %v, keys %v, gates %v", out, keys, gates))
+	}
+	if P == 0 {
+		return
+	}
+	b.do(func() {
+		shape := []int{P, kp, d}
+		af := b.asF32(ape)
+		l := b.scratch(npu.F32, P, kp, d)
+		b.launch(C.NPU_OP_ADD, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+			return C.npu_add(c.tensor(gates, shape, nil), c.tensor(af, []int{kp, d}, nil), c.scalar(1), c.tensor(l, nil, nil), ws, ex)
+		})
+		b.launch(C.NPU_OP_SOFTMAX, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+			return C.npu_softmax(c.tensor(l, nil, nil), 1, c.tensor(l, nil, nil), ws, ex)
+		})
+		b.launch(C.NPU_OP_MUL, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+			return C.npu_mul(c.tensor(l, nil, nil), c.tensor(keys, shape, nil), c.tensor(l, nil, nil), ws, ex)
+		})
+		b.launch(C.NPU_OP_REDUCE_SUM, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+			return C.npu_reduce_sum(c.tensor(l, nil, nil), c.ints(1), 0, aclDType(npu.F32), c.tensor(out, []int{P, d}, nil), ws, ex)
+		})
+	})
+}
+
+// Router computes noaux_tc routing for x [T, D] with gate [E, D] and bias
+// [E], composed: MatMul (aclnnMatmul) to logits, Sigmoid to scores s,
+// aclnnAdd of the bias to sb. Group-limited (NGroup > 1, TopKGroup <
+// NGroup): each group's score is the sum of its two best sb (TopK over sb
+// viewed [T*G, E/G], aclnnReduceSum), TopK picks TopKGroup groups, and a
+// penalty [T, G] filled with -Inf gets zeros at the picked groups
+// (aclnnScatter), added to sb per group (aclnnAdd, broadcast): the others
+// become exactly -Inf, as on the CPU backend. TopK on sb gives ids (ties
+// to the lower expert), aclnnGather takes the unbiased weights from s;
+// Normalize divides by their sum (aclnnReduceSum, + 1e-20, aclnnDiv); then
+// aclnnMuls by Scale. Cost: about 12 operators (three TopK compositions of
+// 4 each when grouped), a full sort of each row's E scores, scratch of
+// about 40 bytes per score; logits are fp32 dot products where the CPU
+// backend accumulates in float64 (near-ties may select differently).
+func (b *Backend) Router(weights, ids, x, gate, bias *npu.Tensor, p npu.RouterParams) {
+	if x.Rank() != 2 || gate.Rank() != 2 || gate.Dim(1) != x.Dim(1) || x.DType() != npu.F32 {
+		panic(fmt.Sprintf("ascend: Router x %v gate %v", x, gate))
+	}
+	T, E, k := x.Dim(0), gate.Dim(0), p.TopK
+	ng := max(p.NGroup, 1)
+	if k < 1 || k > E || bias.Numel() != E || E%ng != 0 || (ng > 1 && (p.TopKGroup < 1 || p.TopKGroup > ng)) {
+		panic(fmt.Sprintf("ascend: Router %d experts, bias %v, params %+v", E, bias, p))
+	}
+	if weights.DType() != npu.F32 || ids.DType() != npu.I32 || weights.Numel() != T*k || ids.Numel() != T*k {
+		panic(fmt.Sprintf("ascend: Router outputs weights %v ids %v for %d tokens top-%d", weights, ids, T, k))
+	}
+	if T == 0 {
+		return
+	}
+	s, sb := b.alloc(npu.F32, T, E), b.alloc(npu.F32, T, E)
+	b.MatMul(s, x, gate)
+	b.Sigmoid(s, s)
+	var bf *npu.Tensor
+	b.do(func() { bf = b.asF32(bias) })
+	b.Add(sb, s, bf)
+	if per := E / ng; ng > 1 && p.TopKGroup < ng {
+		k2 := min(2, per)
+		top2, top2i := b.alloc(npu.F32, T*ng, k2), b.alloc(npu.I32, T*ng, k2)
+		b.TopK(top2, top2i, sb.Reshape(T*ng, per), k2)
+		gs := b.alloc(npu.F32, T, ng)
+		gv, gi := b.alloc(npu.F32, T, p.TopKGroup), b.alloc(npu.I32, T, p.TopKGroup)
+		b.do(func() {
+			b.launch(C.NPU_OP_REDUCE_SUM, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+				return C.npu_reduce_sum(c.tensor(top2, []int{T, ng, k2}, nil), c.ints(2), 0, aclDType(npu.F32), c.tensor(gs, nil, nil), ws, ex)
+			})
+		})
+		b.TopK(gv, gi, gs, p.TopKGroup)
+		pen, zero := b.alloc(npu.F32, T, ng), b.alloc(npu.F32, T, p.TopKGroup)
+		b.Fill(pen, float32(math.Inf(-1)))
+		b.Fill(zero, 0)
+		b.do(func() {
+			b.launch(C.NPU_OP_SCATTER, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+				return C.npu_scatter(c.tensor(pen, nil, nil), 1, c.tensor(gi, nil, nil), c.tensor(zero, nil, nil), 0, c.tensor(pen, nil, nil), ws, ex)
+			})
+			groups := []int{T, ng, per}
+			b.launch(C.NPU_OP_ADD, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+				return C.npu_add(c.tensor(sb, groups, nil), c.tensor(pen, []int{T, ng, 1}, nil), c.scalar(1), c.tensor(sb, groups, nil), ws, ex)
+			})
+		})
+	}
+	sv := b.alloc(npu.F32, T, k)
+	b.TopK(sv, ids, sb, k)
+	b.do(func() {
+		shape := []int{T, k}
+		b.launch(C.NPU_OP_GATHER, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+			return C.npu_gather(c.tensor(s, nil, nil), 1, c.tensor(ids, shape, nil), c.tensor(weights, shape, nil), ws, ex)
+		})
+		if p.Normalize {
+			sum := b.scratch(npu.F32, T, 1)
+			b.launch(C.NPU_OP_REDUCE_SUM, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+				return C.npu_reduce_sum(c.tensor(weights, shape, nil), c.ints(1), 1, aclDType(npu.F32), c.tensor(sum, nil, nil), ws, ex)
+			})
+			tiny := b.scratch(npu.F32, 1)
+			b.launch(C.NPU_OP_FILL_SCALAR, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+				return C.npu_fill_scalar(c.tensor(tiny, nil, nil), c.scalar(1e-20), ws, ex)
+			})
+			b.launch(C.NPU_OP_ADD, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+				return C.npu_add(c.tensor(sum, nil, nil), c.tensor(tiny, nil, nil), c.scalar(1), c.tensor(sum, nil, nil), ws, ex)
+			})
+			b.launch(C.NPU_OP_DIV, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+				return C.npu_div(c.tensor(weights, shape, nil), c.tensor(sum, nil, nil), c.tensor(weights, shape, nil), ws, ex)
+			})
+		}
+		b.launch(C.NPU_OP_MULS, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+			return C.npu_muls(c.tensor(weights, flat(weights), nil), c.scalar(p.Scale), c.tensor(weights, flat(weights), nil), ws, ex)
+		})
+	})
+}

@@ -38,6 +38,8 @@ enum {
 	NPU_OP_BATCH_MATMUL,
 	NPU_OP_EXP,
 	NPU_OP_SOFTPLUS,
+	NPU_OP_DIV,
+	NPU_OP_SCATTER,
 	NPU_OP_COUNT
 };
 
@@ -83,6 +85,8 @@ int npu_mean(uintptr_t self, uintptr_t dims, int keepdim, int dtype, uintptr_t o
 int npu_reduce_sum(uintptr_t self, uintptr_t dims, int keepdim, int dtype, uintptr_t out, uint64_t *ws, uintptr_t *ex);
 int npu_batch_matmul(uintptr_t self, uintptr_t mat2, uintptr_t out, int8_t cube_math, uint64_t *ws, uintptr_t *ex);
 int npu_exp(uintptr_t self, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+int npu_div(uintptr_t self, uintptr_t other, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+int npu_scatter(uintptr_t self, int64_t dim, uintptr_t index, uintptr_t src, int64_t reduce, uintptr_t out, uint64_t *ws, uintptr_t *ex);
 int npu_softplus(uintptr_t self, uintptr_t beta, uintptr_t threshold, uintptr_t out, uint64_t *ws, uintptr_t *ex);
 
 // Phase 2, the same signature for every operator.

@@ -12,7 +12,7 @@ import (
 // refuses to open the backend while this list is not empty, so
 // --device ascend never runs a partial backend; calling one directly (a
 // test that constructs the Backend with New) is a programming error.
-var unimplementedOps = []string{"Conv1d", "HCPre", "KDA", "KPool", "DSAIndex", "SparseMLA", "Router", "MoE", "PrepareQuant",
+var unimplementedOps = []string{"Conv1d", "HCPre", "KDA", "DSAIndex", "SparseMLA", "MoE", "PrepareQuant",
 	"MatMulQ", "MoEQ"}
 
 func notImplemented(op string) { panic(fmt.Sprintf("ascend: %s is not implemented yet", op)) }
@@ -32,9 +32,6 @@ func (b *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout,
 	notImplemented("KDA")
 }
 
-// KPool is not implemented yet.
-func (b *Backend) KPool(out, keys, gates, ape *npu.Tensor) { notImplemented("KPool") }
-
 // DSAIndex is not implemented yet.
 func (b *Backend) DSAIndex(out, q, w, pooled *npu.Tensor, seqs *npu.SeqLayout, p npu.IndexParams) {
 	notImplemented("DSAIndex")
@@ -43,11 +40,6 @@ func (b *Backend) DSAIndex(out, q, w, pooled *npu.Tensor, seqs *npu.SeqLayout, p
 // SparseMLA is not implemented yet.
 func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.SeqLayout, heads, dk, dv int, scale float32) {
 	notImplemented("SparseMLA")
-}
-
-// Router is not implemented yet.
-func (b *Backend) Router(weights, ids, x, gate, bias *npu.Tensor, p npu.RouterParams) {
-	notImplemented("Router")
 }
 
 // MoE is not implemented yet.

@@ -1178,3 +1178,98 @@ int aclnnSoftplusGetWorkspaceSize(const aclTensor *self, const aclScalar *beta, 
 	return expish("aclnnSoftplus", self, out, &a, ws, ex);
 }
 PHASE2(aclnnSoftplus)
+
+// ---- aclnnDiv: out = self / other (broadcast) ----
+typedef struct {
+	aclTensor out, a, b;
+} div_args;
+static void run_div(void *p, void *ws) {
+	(void)ws;
+	div_args *a = p;
+	int64_t n = numel(&a->out);
+	for (int64_t i = 0; i < n; i++) {
+		set(&a->out, i, (float)get(&a->a, bidx(&a->a, &a->out, i)) / (float)get(&a->b, bidx(&a->b, &a->out, i)));
+	}
+}
+int aclnnDivGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
+	const char *op = "aclnnDiv";
+	TRY(need_ctx(op));
+	TRY(outs(op, ws, ex));
+	TRY(chk(op, "self", self, FLOATS | F(DT_INT32)));
+	TRY(chk(op, "other", other, FLOATS | F(DT_INT32)));
+	TRY(chk(op, "out", out, FLOATS));
+	if (!bcast_ok(self, out) || !bcast_ok(other, out)) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "broadcast", "%s: the inputs do not broadcast to out's shape", op);
+	}
+	div_args a = {*out, *self, *other};
+	return new_exec(op, 0, run_div, &a, sizeof a, ws, ex);
+}
+PHASE2(aclnnDiv)
+
+// ---- aclnnScatter (reduce 0: none): out = self with
+// out[..index[..i..]..] = src[..i..] along dim (torch.scatter) ----
+typedef struct {
+	aclTensor self, idx, src, out;
+	int64_t dim;
+} scatter_args;
+static void run_scatter(void *p, void *ws) {
+	(void)ws;
+	scatter_args *a = p;
+	int64_t n = numel(&a->out);
+	for (int64_t i = 0; i < n; i++) {
+		set(&a->out, i, get(&a->self, i));
+	}
+	n = numel(&a->idx);
+	for (int64_t lin = 0; lin < n; lin++) {
+		int64_t rem = lin, coord[STANDIN_MAX_DIMS];
+		for (int i = (int)a->idx.ndim - 1; i >= 0; i--) {
+			coord[i] = rem % a->idx.dims[i];
+			rem /= a->idx.dims[i];
+		}
+		int64_t sl = 0;
+		for (uint64_t i = 0; i < a->src.ndim; i++) {
+			sl = sl * a->src.dims[i] + coord[i];
+		}
+		int64_t r = (int64_t)get(&a->idx, lin);
+		if (r < 0 || r >= a->out.dims[a->dim]) {
+			standin_stream_fail("index-in-range", "aclnnScatter: index out of range");
+			return;
+		}
+		coord[a->dim] = r;
+		int64_t ol = 0;
+		for (uint64_t i = 0; i < a->out.ndim; i++) {
+			ol = ol * a->out.dims[i] + coord[i];
+		}
+		set(&a->out, ol, get(&a->src, sl));
+	}
+}
+int aclnnScatterGetWorkspaceSize(const aclTensor *self, int64_t dim, const aclTensor *index, const aclTensor *src, int64_t reduce, aclTensor *out,
+				 uint64_t *ws, aclOpExecutor **ex) {
+	const char *op = "aclnnScatter";
+	TRY(need_ctx(op));
+	TRY(outs(op, ws, ex));
+	TRY(chk(op, "self", self, ALLDT));
+	TRY(chk(op, "index", index, F(DT_INT32) | F(DT_INT64)));
+	TRY(chk(op, "src", src, ALLDT));
+	TRY(chk(op, "out", out, ALLDT));
+	if (reduce < 0 || reduce > 2) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "scatter-reduce", "%s: reduce %lld (0 none, 1 add, 2 multiply)", op, (long long)reduce);
+	}
+	if (reduce != 0) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "stand-in-scatter-reduce", "%s: the stand-in implements reduce 0 only", op);
+	}
+	if (self->ndim == 0 || !norm_dim(&dim, self->ndim) || index->ndim != self->ndim || src->ndim != self->ndim) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "scatter-args", "%s: index and src must have self's rank", op);
+	}
+	for (uint64_t i = 0; i < self->ndim; i++) {
+		if (index->dims[i] > src->dims[i] || ((int64_t)i != dim && index->dims[i] > self->dims[i])) {
+			return standin_violation(ACLNN_ERR_PARAM_INVALID, "scatter-args", "%s: index dim %llu exceeds src's or self's", op, (unsigned long long)i);
+		}
+	}
+	if (!same_shape(self, out) || out->dtype != self->dtype || src->dtype != self->dtype) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "scatter-out", "%s: out and src have self's dtype, out self's shape", op);
+	}
+	scatter_args a = {*self, *index, *src, *out, dim};
+	return new_exec(op, 0, run_scatter, &a, sizeof a, ws, ex);
+}
+PHASE2(aclnnScatter)
