@@ -12,15 +12,10 @@ import (
 // refuses to open the backend while this list is not empty, so
 // --device ascend never runs a partial backend; calling one directly (a
 // test that constructs the Backend with New) is a programming error.
-var unimplementedOps = []string{"Conv1d", "HCPre", "KDA", "DSAIndex", "SparseMLA", "MoE", "PrepareQuant",
+var unimplementedOps = []string{"HCPre", "KDA", "DSAIndex", "SparseMLA", "PrepareQuant",
 	"MatMulQ", "MoEQ"}
 
 func notImplemented(op string) { panic(fmt.Sprintf("ascend: %s is not implemented yet", op)) }
-
-// Conv1d is not implemented yet.
-func (b *Backend) Conv1d(out, x, state, w *npu.Tensor, seqs *npu.SeqLayout, silu bool) {
-	notImplemented("Conv1d")
-}
 
 // HCPre is not implemented yet.
 func (b *Backend) HCPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, p npu.HCParams) {
@@ -40,11 +35,6 @@ func (b *Backend) DSAIndex(out, q, w, pooled *npu.Tensor, seqs *npu.SeqLayout, p
 // SparseMLA is not implemented yet.
 func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.SeqLayout, heads, dk, dv int, scale float32) {
 	notImplemented("SparseMLA")
-}
-
-// MoE is not implemented yet.
-func (b *Backend) MoE(out, x, gateUp, down, weights, ids *npu.Tensor, limit float32) {
-	notImplemented("MoE")
 }
 
 // PrepareQuant is not implemented yet.
