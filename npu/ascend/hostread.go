@@ -193,4 +193,3 @@ func (b *Backend) Conv1d(out, x, state, w *npu.Tensor, seqs *npu.SeqLayout, silu
 		}
 	})
 }
-
