@@ -12,15 +12,10 @@ import (
 // refuses to open the backend while this list is not empty, so
 // --device ascend never runs a partial backend; calling one directly (a
 // test that constructs the Backend with New) is a programming error.
-var unimplementedOps = []string{"HCPre", "KDA", "DSAIndex", "SparseMLA", "PrepareQuant",
+var unimplementedOps = []string{"KDA", "DSAIndex", "SparseMLA", "PrepareQuant",
 	"MatMulQ", "MoEQ"}
 
 func notImplemented(op string) { panic(fmt.Sprintf("ascend: %s is not implemented yet", op)) }
-
-// HCPre is not implemented yet.
-func (b *Backend) HCPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, p npu.HCParams) {
-	notImplemented("HCPre")
-}
 
 // KDA is not implemented yet.
 func (b *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout, heads, headDim, chunk int) {
