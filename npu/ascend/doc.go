@@ -31,11 +31,11 @@
 // (NanToNum, stable Sort, Gather, Cast), RMSNormGated, L2Norm, HCMean
 // (aclnnMean), HCPost and HCPre (BatchMatMul, Sinkhorn rounds), KDAGate
 // (Exp, Softplus), Conv1dUpdate, KPool, Router (grouped selection with
-// aclnnScatter), and Conv1d and MoE, which read sequence boundaries or
-// routing ids back to the host (one stream sync per call) and then loop
-// per sequence or per expert (hostread.go). MoE's loop of aclnnMatmul is
+// aclnnScatter), and Conv1d, MoE and KDA, which read sequence boundaries
+// or routing ids back to the host (one stream sync per call) and then loop
+// per sequence, per expert or (KDA, 7 operators) per token (hostread.go). MoE's loop of aclnnMatmul is
 // the correct-but-slow path; aclnnGroupedMatmulV4 is the one to build.
-// The rest (KDA, DSAIndex, SparseMLA, PrepareQuant, MatMulQ, MoEQ) are
+// The rest (DSAIndex, SparseMLA, PrepareQuant, MatMulQ, MoEQ) are
 // in unimplementedOps, and Open refuses while that list is not empty (as
 // npu/cuda does), so `--device ascend` never runs a partial backend;
 // tests construct the backend with New and run npu/opcheck's conformance

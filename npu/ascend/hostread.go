@@ -10,6 +10,7 @@ import "C"
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/npuserve/npuserve/npu"
 )
@@ -190,6 +191,108 @@ func (b *Backend) Conv1d(out, x, state, w *npu.Tensor, seqs *npu.SeqLayout, silu
 			b.launch(C.NPU_OP_SILU, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
 				return C.npu_silu(c.tensor(out, flat(out), nil), c.tensor(out, flat(out), nil), ws, ex)
 			})
+		}
+	})
+}
+
+// KDA runs Kimi Delta Attention by its token recurrence, composed (no
+// stock CANN operator has KDA's per-channel decay, ascend-api.md §4.8):
+// once for the batch, q and k are l2-normalised (aclnnRmsNorm with eps/K
+// on strided views of qkv, then aclnnMuls by K^-0.5 for k and K^-1 for q,
+// which folds q's K^-0.5 scale) and the decays exp(g) taken (aclnnExp);
+// QueryStart and StateSlot are read back (one sync); then per token, on
+// the state slot in place, S = diag(exp(g_t)) S (aclnnMul), kᵀS
+// (aclnnBatchMatMul over heads), δ = β_t (v_t − kᵀS) (aclnnAdd with alpha
+// −1, aclnnMul), S += k δᵀ (aclnnBatchMatMul into scratch, aclnnAdd) and
+// o_t = qᵀS (aclnnBatchMatMul into out). Cost: one sync, 7 operators per
+// token and about 4 passes over the H*K*V state per token: correct, and
+// far too slow for long prefills. chunk > 0 is accepted and runs the same
+// recurrence (the chunked form is equal to it up to rounding); a chunked
+// composition (or an AscendC kernel) is what a real NPU needs.
+func (b *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout, heads, headDim, chunk int) {
+	H, K := heads, headDim
+	V := K
+	if H <= 0 || K <= 0 || chunk < 0 || seqs == nil || seqs.QueryStart == nil || seqs.StateSlot == nil {
+		panic(fmt.Sprintf("ascend: KDA heads %d, head dim %d, chunk %d, layout %v", H, K, chunk, seqs))
+	}
+	T, B, HK := seqs.NumRows, seqs.NumSeqs, H*K
+	switch {
+	case qkv.Numel() != T*3*HK || qkv.RowSize() != 3*HK || qkv.DType() != npu.F32:
+		panic(fmt.Sprintf("ascend: KDA qkv %v, want F32 [%d, %d]", qkv, T, 3*HK))
+	case g.Numel() != T*HK || g.DType() != npu.F32:
+		panic(fmt.Sprintf("ascend: KDA g %v, want [%d, %d]", g, T, HK))
+	case beta.Numel() != T*H || beta.DType() != npu.F32:
+		panic(fmt.Sprintf("ascend: KDA beta %v, want [%d, %d]", beta, T, H))
+	case out.Numel() != T*H*V || out.DType() != npu.F32:
+		panic(fmt.Sprintf("ascend: KDA out %v, want [%d, %d]", out, T, H*V))
+	case state.Rank() < 1 || state.RowSize() != H*K*V || state.DType() != npu.F32:
+		panic(fmt.Sprintf("ascend: KDA state %v, want [slots, %d, %d, %d]", state, H, K, V))
+	}
+	if T == 0 || B == 0 {
+		return
+	}
+	qs, ok := b.readI32(seqs.QueryStart.Reshape(-1).Rows(0, B+1))
+	if !ok {
+		return
+	}
+	slots, ok := b.readI32(seqs.StateSlot.Reshape(-1).Rows(0, B))
+	if !ok {
+		return
+	}
+	if int(qs[0]) != 0 || int(qs[B]) != T {
+		panic(fmt.Sprintf("ascend: KDA QueryStart %v does not cover %d rows", qs, T))
+	}
+	for i, s := range slots {
+		if s < 0 || int(s) >= state.Dim(0) || qs[i+1] < qs[i] {
+			panic(fmt.Sprintf("ascend: KDA sequence %d: slot %d of %d, rows [%d, %d)", i, s, state.Dim(0), qs[i], qs[i+1]))
+		}
+	}
+	b.do(func() {
+		qn, kn, eg := b.scratch(npu.F32, T, HK), b.scratch(npu.F32, T, HK), b.scratch(npu.F32, T, HK)
+		gamma, rstd := b.unitGamma(K), b.scratch(npu.F32, T*H, 1)
+		for i, dst := range []*npu.Tensor{qn, kn} {
+			scale := float32(1 / math.Sqrt(float64(K)))
+			if i == 0 {
+				scale = 1 / float32(K) // l2 norm's 1/sqrt(K) and q's K^-0.5
+			}
+			b.launch(C.NPU_OP_RMS_NORM, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+				return C.npu_rms_norm(c.view(qkv, i*HK, []int{T, H, K}, []int{3 * HK, K, 1}), c.tensor(gamma, nil, nil), C.double(1e-6/float64(K)),
+					c.tensor(dst, []int{T, H, K}, nil), c.tensor(rstd, []int{T, H, 1}, nil), ws, ex)
+			})
+			b.launch(C.NPU_OP_MULS, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+				return C.npu_muls(c.tensor(dst, flat(dst), nil), c.scalar(scale), c.tensor(dst, flat(dst), nil), ws, ex)
+			})
+		}
+		b.launch(C.NPU_OP_EXP, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+			return C.npu_exp(c.tensor(g, flat(g), nil), c.tensor(eg, flat(eg), nil), ws, ex)
+		})
+		kS, delta, outer := b.scratch(npu.F32, H, 1, V), b.scratch(npu.F32, H, 1, V), b.scratch(npu.F32, H, K, V)
+		sv := []int{H, K, V}
+		for i := range B {
+			so := int(slots[i]) * H * K * V
+			for t := int(qs[i]); t < int(qs[i+1]); t++ {
+				b.launch(C.NPU_OP_MUL, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+					return C.npu_mul(c.view(state, so, sv, nil), c.view(eg, t*HK, []int{H, K, 1}, nil), c.view(state, so, sv, nil), ws, ex)
+				})
+				b.launch(C.NPU_OP_BATCH_MATMUL, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+					return C.npu_batch_matmul(c.view(kn, t*HK, []int{H, 1, K}, nil), c.view(state, so, sv, nil), c.tensor(kS, nil, nil), 0, ws, ex)
+				})
+				b.launch(C.NPU_OP_ADD, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+					return C.npu_add(c.view(qkv, t*3*HK+2*HK, []int{H, 1, V}, nil), c.tensor(kS, nil, nil), c.scalar(-1), c.tensor(delta, nil, nil), ws, ex)
+				})
+				b.launch(C.NPU_OP_MUL, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+					return C.npu_mul(c.tensor(delta, nil, nil), c.view(beta, t*H, []int{H, 1, 1}, nil), c.tensor(delta, nil, nil), ws, ex)
+				})
+				b.launch(C.NPU_OP_BATCH_MATMUL, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+					return C.npu_batch_matmul(c.view(kn, t*HK, []int{H, K, 1}, nil), c.tensor(delta, nil, nil), c.tensor(outer, nil, nil), 0, ws, ex)
+				})
+				b.launch(C.NPU_OP_ADD, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+					return C.npu_add(c.view(state, so, sv, nil), c.tensor(outer, nil, nil), c.scalar(1), c.view(state, so, sv, nil), ws, ex)
+				})
+				b.launch(C.NPU_OP_BATCH_MATMUL, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+					return C.npu_batch_matmul(c.view(qn, t*HK, []int{H, 1, K}, nil), c.view(state, so, sv, nil), c.view(out, t*H*V, []int{H, 1, V}, nil), 0, ws, ex)
+				})
+			}
 		}
 	})
 }

@@ -12,15 +12,10 @@ import (
 // refuses to open the backend while this list is not empty, so
 // --device ascend never runs a partial backend; calling one directly (a
 // test that constructs the Backend with New) is a programming error.
-var unimplementedOps = []string{"KDA", "DSAIndex", "SparseMLA", "PrepareQuant",
+var unimplementedOps = []string{"DSAIndex", "SparseMLA", "PrepareQuant",
 	"MatMulQ", "MoEQ"}
 
 func notImplemented(op string) { panic(fmt.Sprintf("ascend: %s is not implemented yet", op)) }
-
-// KDA is not implemented yet.
-func (b *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout, heads, headDim, chunk int) {
-	notImplemented("KDA")
-}
 
 // DSAIndex is not implemented yet.
 func (b *Backend) DSAIndex(out, q, w, pooled *npu.Tensor, seqs *npu.SeqLayout, p npu.IndexParams) {
