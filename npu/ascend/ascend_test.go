@@ -17,6 +17,7 @@ import (
 	"github.com/npuserve/npuserve/npu"
 	"github.com/npuserve/npuserve/npu/ascend/acl"
 	"github.com/npuserve/npuserve/npu/cpu"
+	"github.com/npuserve/npuserve/npu/opcheck"
 )
 
 // The tests run against the stand-in CANN (testdata/standin, a test
@@ -275,6 +276,10 @@ func TestContractViolations(t *testing.T) {
 		{"phase 2 twice on one executor", "executor-single-use", func() {
 			b.do(func() { b.fillReusingExecutor(x, 1) })
 		}},
+		{"a Gather index beyond the table", "index-in-range", func() {
+			idx := npu.Must(b.FromHost(npu.I32, npu.EncodeInt32s([]int32{0, 11}), 2))
+			b.Gather(npu.Must(b.Alloc(npu.F32, 2, 3)), x.Reshape(11, 3), idx)
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -338,5 +343,93 @@ func TestSocAndPreset(t *testing.T) {
 		if got := Preset(tc.soc); got != tc.want {
 			t.Errorf("Preset(%q) = %q, want %q", tc.soc, got, tc.want)
 		}
+	}
+}
+
+// TestConformanceTable runs npu/opcheck's table (what `npuserve selftest`
+// runs) for every op this build implements, against the CPU backend.
+func TestConformanceTable(t *testing.T) {
+	b := newBackend(t)
+	c := cpu.New(1)
+	missing := map[string]bool{}
+	for _, op := range unimplementedOps {
+		missing[op] = true
+	}
+	ran := 0
+	for _, tc := range opcheck.Cases() {
+		if missing[tc.Op] || !tc.Applies(b) {
+			continue
+		}
+		ran++
+		t.Run(tc.Key(), func(t *testing.T) {
+			if r := opcheck.RunCase(tc, b, c, opcheck.Options{Seed: 7, Reps: 1}); !r.Pass {
+				t.Fatalf("%v", r)
+			}
+		})
+	}
+	if ran == 0 {
+		t.Fatal("no case of the table applies")
+	}
+}
+
+// TestTopKTiesAndNaN: equal values go to the lower index and NaN ranks
+// last, as on the CPU backend (the composition relies on a stable sort;
+// the stand-in breaks ties the other way when it is not asked for one).
+func TestTopKTiesAndNaN(t *testing.T) {
+	b := newBackend(t)
+	c := cpu.New(1)
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	rows := [][]float32{
+		{1, 3, 3, 2, 3, 0, 1, 2},
+		{nan, 0, nan, 0, -1, 0, 5, nan},
+		{-inf, inf, 2, inf, -inf, 2, 0, 1},
+		{7, 7, 7, 7, 7, 7, 7, 7},
+	}
+	const N = 8
+	var v []float32
+	for _, r := range rows {
+		v = append(v, r...)
+	}
+	for _, k := range []int{1, 3, 8} {
+		t.Run(fmt.Sprint("k", k), func(t *testing.T) {
+			x := put(t, b, c, npu.F32, v, len(rows), N)
+			vals, idx := zeros(t, b, c, npu.F32, len(rows), k), zeros(t, b, c, npu.I32, len(rows), k)
+			b.TopK(vals.a, idx.a, x.a, k)
+			c.TopK(vals.c, idx.c, x.c, k)
+			gv, wv := download(t, b, vals.a), download(t, c, vals.c)
+			gi, wi := downloadI32(t, b, idx.a), downloadI32(t, c, idx.c)
+			for i := range wv {
+				if gi[i] != wi[i] || !(gv[i] == wv[i] || (gv[i] != gv[i] && wv[i] != wv[i])) {
+					t.Fatalf("row %d entry %d: ascend (%v, %d), cpu (%v, %d)", i/k, i%k, gv[i], gi[i], wv[i], wi[i])
+				}
+			}
+		})
+	}
+}
+
+func downloadI32(t *testing.T, be npu.Backend, x *npu.Tensor) []int32 {
+	t.Helper()
+	buf := make([]byte, x.Bytes())
+	if err := be.Download(buf, x); err != nil {
+		t.Fatalf("Download %v: %v", x, err)
+	}
+	v := make([]int32, len(buf)/4)
+	for i := range v {
+		v[i] = int32(uint32(buf[4*i]) | uint32(buf[4*i+1])<<8 | uint32(buf[4*i+2])<<16 | uint32(buf[4*i+3])<<24)
+	}
+	return v
+}
+
+func TestDescribe(t *testing.T) {
+	b := newBackend(t)
+	d := npu.Describe(b)
+	for key, want := range map[string]string{"cann": "8.5.0-standin", "cann_opbase": "8.5.0-standin", "acl_api": "1.17.0", "soc": "Ascend910B3",
+		"preset": "atlas-800-a2", "hbm_total_bytes": fmt.Sprint(64 << 20)} {
+		if d[key] != want {
+			t.Errorf("Describe()[%q] = %q, want %q", key, d[key], want)
+		}
+	}
+	if !strings.HasSuffix(d["libascendcl"], "libascendcl.so") || d["hbm_free_bytes"] == "" {
+		t.Errorf("Describe() = %v, want the library paths and free HBM", d)
 	}
 }

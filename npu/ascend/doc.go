@@ -20,21 +20,46 @@
 // npu.ErrOutOfMemory with aclrtGetMemInfo's free bytes. Preset maps
 // aclrtGetSocName to the planner's atlas-800-a2 / atlas-800-a3 / 950dt.
 //
-// Implemented: npu.Memory, Copy, Fill, Add, Mul, Scale, MatMul, RMSNorm,
-// Softmax, Sigmoid and SiLU. The other ops are in unimplementedOps, and
-// Open refuses while that list is not empty (as npu/cuda does), so
-// `--device ascend` never runs a partial backend; tests construct the
-// backend with New.
+// Implemented (each against the stand-in only; see Status): npu.Memory,
+// npu.Describer, and the ops Copy, Fill, Add, Mul, Scale, MatMul,
+// RMSNorm, Softmax, Sigmoid, SiLU (one aclnn operator each, with a cast
+// of 16-bit weights); SwiGLU (aclnnSwiGlu, after aclnnClampMax/aclnnClamp
+// into scratch when limited), Gather and Embedding (aclnnEmbedding, +
+// aclnnCast), Scatter (aclnnInplaceIndexCopy; repeated indices are
+// unspecified there), LayerNorm (aclnnLayerNorm); and, composed from
+// stock operators with the cost stated on each function: TopK
+// (NanToNum, stable Sort, Gather, Cast), RMSNormGated, L2Norm, HCMean
+// (aclnnMean), HCPost and HCPre (BatchMatMul, Sinkhorn rounds), KDAGate
+// (Exp, Softplus), Conv1dUpdate, KPool, Router (grouped selection with
+// aclnnScatter), and Conv1d, MoE and KDA, which read sequence boundaries
+// or routing ids back to the host (one stream sync per call) and then loop
+// per sequence, per expert or (KDA, 7 operators) per token (hostread.go). MoE's loop of aclnnMatmul is
+// the correct-but-slow path; aclnnGroupedMatmulV4 is the one to build.
+// The rest (DSAIndex, SparseMLA, PrepareQuant, MatMulQ, MoEQ) are
+// in unimplementedOps, and Open refuses while that list is not empty (as
+// npu/cuda does), so `--device ascend` never runs a partial backend;
+// tests construct the backend with New and run npu/opcheck's conformance
+// table (what `npuserve selftest` runs) for every implemented op.
 //
 // Status, honestly: this code has run only against the stand-in CANN in
 // testdata/standin, a test double written by us from the public API
 // documentation (ascend-api.md), which the tests compile with the system C
 // compiler. It has never run against a real CANN installation or on an
-// NPU. The signatures of aclnnAdd, aclnnMul, aclnnMuls,
-// aclnnInplaceFillScalar and aclnnSilu are from the CANN aclnn reference
-// as we recall it, not from a header read for ascend-api.md: check them
-// first on a real CANN. The stand-in checks what the documentation states
-// (dtypes, ND format, views inside device storage, 32-byte aligned
+// NPU; Describe's versions come from aclsysGetVersionStr("runtime" and
+// "opbase"), whose buffer size (128) is inferred, not read from a header. The signatures of aclnnAdd, aclnnMul, aclnnMuls,
+// aclnnInplaceFillScalar, aclnnSilu, aclnnClamp, aclnnClampMax,
+// aclnnNanToNum, aclnnSort, aclnnGather, aclnnLayerNorm, aclnnMean,
+// aclnnReduceSum, aclnnBatchMatMul, aclnnExp, aclnnSoftplus, aclnnDiv and
+// aclnnScatter are from the CANN aclnn reference as we recall it, not
+// from a header read for ascend-api.md (those of aclnnSwiGlu,
+// aclnnEmbedding, aclnnInplaceIndexCopy, aclnnRmsNorm, aclnnSoftmax,
+// aclnnSigmoid, aclnnCast, aclnnInplaceCopy and aclnnMatmul are from §4):
+// check them first on a real CANN, as well as what the stand-in assumes
+// about them: that aclnnSort's stable flag orders ties by index, that
+// operators accept strided and overlapping input views (Conv1d's window,
+// HCPost's transposed comb), that aclnnLayerNorm takes NULL mean/rstd
+// outputs, and that aclnnMean/aclnnReduceSum take an out dtype. The
+// stand-in checks what the documentation states (dtypes, ND format, views inside device storage, 32-byte aligned
 // tensorData, workspace size, single-use executors, a current context on
 // the calling thread, the stream belonging to it); where a real operator is
 // stricter or looser (mixed dtypes in aclnnAdd, fp32 aclnnMatmul with

@@ -41,12 +41,18 @@ type call struct {
 	b       *Backend
 	tensors []C.uintptr_t
 	scalars []C.uintptr_t
+	arrays  []C.uintptr_t
 }
 
 // tensor describes t viewed with shape (nil: t's own) and element strides
 // (nil: contiguous). As torch_npu does, tensorData is the allocation base
 // (32-byte aligned) and the view starts at an element offset.
 func (c *call) tensor(t *npu.Tensor, shape []int, strides []int) C.uintptr_t {
+	return c.view(t, 0, shape, strides)
+}
+
+// view is tensor starting off elements past t's first element.
+func (c *call) view(t *npu.Tensor, off int, shape []int, strides []int) C.uintptr_t {
 	buf := c.b.dbuf(t)
 	if shape == nil {
 		shape = t.Shape()
@@ -64,7 +70,7 @@ func (c *call) tensor(t *npu.Tensor, shape []int, strides []int) C.uintptr_t {
 		}
 		sp = &st[0]
 	}
-	h := C.npu_tensor(&dims[0], C.uint64_t(len(shape)), aclDType(t.DType()), sp, C.int64_t(t.Offset()/es), C.int64_t(buf.n/es), C.uintptr_t(buf.ptr))
+	h := C.npu_tensor(&dims[0], C.uint64_t(len(shape)), aclDType(t.DType()), sp, C.int64_t(t.Offset()/es+off), C.int64_t(buf.n/es), C.uintptr_t(buf.ptr))
 	if h == 0 {
 		panic(fmt.Sprintf("ascend: aclCreateTensor %v: %s", t, acl.RecentErrMsg()))
 	}
@@ -81,6 +87,20 @@ func (c *call) scalar(v float32) C.uintptr_t {
 	return h
 }
 
+// ints is an aclIntArray of v.
+func (c *call) ints(v ...int) C.uintptr_t {
+	a := make([]C.int64_t, max(len(v), 1))
+	for i, x := range v {
+		a[i] = C.int64_t(x)
+	}
+	h := C.npu_int_array(&a[0], C.uint64_t(len(v)))
+	if h == 0 {
+		panic(fmt.Sprintf("ascend: aclCreateIntArray: %s", acl.RecentErrMsg()))
+	}
+	c.arrays = append(c.arrays, h)
+	return h
+}
+
 // run is phase 2 and the teardown: with phase 1's status rc, workspace
 // size ws and executor ex, it provides the workspace, enqueues the
 // operator and destroys the descriptors. Failures are held for Sync.
@@ -92,6 +112,9 @@ func (c *call) run(op C.int, rc C.int, ws C.uint64_t, ex C.uintptr_t) {
 		}
 		for _, s := range c.scalars {
 			C.npu_destroy_scalar(s)
+		}
+		for _, a := range c.arrays {
+			C.npu_destroy_int_array(a)
 		}
 	}()
 	name := C.GoString(C.npu_aclnn_op_name(op))

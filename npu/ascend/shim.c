@@ -17,6 +17,8 @@ static T (*p_aclCreateTensor)(const int64_t *viewDims, uint64_t n, int dtype, co
 static int (*p_aclDestroyTensor)(T);
 static T (*p_aclCreateScalar)(void *value, int dtype);
 static int (*p_aclDestroyScalar)(T);
+static T (*p_aclCreateIntArray)(const int64_t *value, uint64_t size);
+static int (*p_aclDestroyIntArray)(T);
 
 // Phase 2 of every operator: (workspace, size, executor, stream).
 typedef int (*run_fn)(void *, uint64_t, T, void *);
@@ -30,12 +32,32 @@ typedef int (*bin_fn)(T, T, T, uint64_t *, T *);
 typedef int (*mm_fn)(T, T, T, int8_t, uint64_t *, T *);
 typedef int (*rms_fn)(T, T, double, T, T, uint64_t *, T *);
 typedef int (*sm_fn)(T, int64_t, T, uint64_t *, T *);
+// Operators of §4.6 (SwiGlu, Embedding, InplaceIndexCopy) and, from the
+// CANN aclnn reference as we recall it (not from a header read for
+// ascend-api.md): Clamp, ClampMax, NanToNum, Sort, Gather, LayerNorm, Mean,
+// ReduceSum, BatchMatMul, Exp, Softplus, Div, Scatter.
+typedef int (*clamp_fn)(T, T, T, T, uint64_t *, T *);
+typedef int (*dimx_fn)(T, int64_t, T, uint64_t *, T *);
+typedef int (*icopy_fn)(T, int64_t, T, T, uint64_t *, T *);
+typedef int (*n2n_fn)(T, float, float, float, T, uint64_t *, T *);
+typedef int (*sort_fn)(T, bool, int64_t, bool, T, T, uint64_t *, T *);
+typedef int (*ln_fn)(T, T, T, T, double, T, T, T, uint64_t *, T *);
+typedef int (*red_fn)(T, T, bool, int, T, uint64_t *, T *);
+typedef int (*scatter_fn)(T, int64_t, T, T, int64_t, T, uint64_t *, T *);
 
 static const char *op_names[NPU_OP_COUNT] = {
 	[NPU_OP_INPLACE_COPY] = "aclnnInplaceCopy", [NPU_OP_CAST] = "aclnnCast",       [NPU_OP_FILL_SCALAR] = "aclnnInplaceFillScalar",
 	[NPU_OP_ADD] = "aclnnAdd",                  [NPU_OP_MUL] = "aclnnMul",         [NPU_OP_MULS] = "aclnnMuls",
 	[NPU_OP_MATMUL] = "aclnnMatmul",            [NPU_OP_RMS_NORM] = "aclnnRmsNorm", [NPU_OP_SOFTMAX] = "aclnnSoftmax",
 	[NPU_OP_SIGMOID] = "aclnnSigmoid",          [NPU_OP_SILU] = "aclnnSilu",
+	[NPU_OP_CLAMP] = "aclnnClamp",              [NPU_OP_CLAMP_MAX] = "aclnnClampMax",
+	[NPU_OP_SWIGLU] = "aclnnSwiGlu",            [NPU_OP_EMBEDDING] = "aclnnEmbedding",
+	[NPU_OP_INDEX_COPY] = "aclnnInplaceIndexCopy", [NPU_OP_NAN_TO_NUM] = "aclnnNanToNum",
+	[NPU_OP_SORT] = "aclnnSort",                [NPU_OP_GATHER] = "aclnnGather",
+	[NPU_OP_LAYER_NORM] = "aclnnLayerNorm",     [NPU_OP_MEAN] = "aclnnMean",
+	[NPU_OP_REDUCE_SUM] = "aclnnReduceSum",     [NPU_OP_BATCH_MATMUL] = "aclnnBatchMatMul",
+	[NPU_OP_EXP] = "aclnnExp",                  [NPU_OP_SOFTPLUS] = "aclnnSoftplus",
+	[NPU_OP_DIV] = "aclnnDiv",                  [NPU_OP_SCATTER] = "aclnnScatter",
 };
 static void *phase1[NPU_OP_COUNT];
 static run_fn phase2[NPU_OP_COUNT];
@@ -51,8 +73,10 @@ int npu_aclnn_load(const char *nnopbase, const char *const *opapi, int n, char *
 	p_aclDestroyTensor = dlsym(h, "aclDestroyTensor");
 	p_aclCreateScalar = dlsym(h, "aclCreateScalar");
 	p_aclDestroyScalar = dlsym(h, "aclDestroyScalar");
-	if (!p_aclCreateTensor || !p_aclDestroyTensor || !p_aclCreateScalar || !p_aclDestroyScalar) {
-		snprintf(err, errlen, "%s lacks aclCreateTensor/aclDestroyTensor/aclCreateScalar/aclDestroyScalar", nnopbase);
+	p_aclCreateIntArray = dlsym(h, "aclCreateIntArray");
+	p_aclDestroyIntArray = dlsym(h, "aclDestroyIntArray");
+	if (!p_aclCreateTensor || !p_aclDestroyTensor || !p_aclCreateScalar || !p_aclDestroyScalar || !p_aclCreateIntArray || !p_aclDestroyIntArray) {
+		snprintf(err, errlen, "%s lacks aclCreateTensor/aclDestroyTensor/aclCreateScalar/aclDestroyScalar/aclCreateIntArray/aclDestroyIntArray", nnopbase);
 		return -3;
 	}
 	err[0] = '\0';
@@ -91,6 +115,8 @@ uintptr_t npu_tensor(const int64_t *dims, uint64_t nd, int dtype, const int64_t 
 int npu_destroy_tensor(uintptr_t t) { return p_aclDestroyTensor((T)t); }
 uintptr_t npu_scalar_f32(float v) { return (uintptr_t)p_aclCreateScalar(&v, 0); }
 int npu_destroy_scalar(uintptr_t s) { return p_aclDestroyScalar((T)s); }
+uintptr_t npu_int_array(const int64_t *v, uint64_t n) { return (uintptr_t)p_aclCreateIntArray(v, n); }
+int npu_destroy_int_array(uintptr_t a) { return p_aclDestroyIntArray((T)a); }
 
 #define P1(op, type, ...)                                                        \
 	if (phase1[op] == NULL) {                                                \
@@ -119,6 +145,48 @@ int npu_rms_norm(uintptr_t x, uintptr_t gamma, double eps, uintptr_t y, uintptr_
 int npu_softmax(uintptr_t self, int64_t dim, uintptr_t out, uint64_t *ws, uintptr_t *ex) { P1(NPU_OP_SOFTMAX, sm_fn, A(self), dim, A(out)); }
 int npu_sigmoid(uintptr_t self, uintptr_t out, uint64_t *ws, uintptr_t *ex) { P1(NPU_OP_SIGMOID, copy_fn, A(self), A(out)); }
 int npu_silu(uintptr_t self, uintptr_t out, uint64_t *ws, uintptr_t *ex) { P1(NPU_OP_SILU, copy_fn, A(self), A(out)); }
+
+int npu_clamp(uintptr_t self, uintptr_t lo, uintptr_t hi, uintptr_t out, uint64_t *ws, uintptr_t *ex) {
+	P1(NPU_OP_CLAMP, clamp_fn, A(self), A(lo), A(hi), A(out));
+}
+int npu_clamp_max(uintptr_t self, uintptr_t hi, uintptr_t out, uint64_t *ws, uintptr_t *ex) { P1(NPU_OP_CLAMP_MAX, bin_fn, A(self), A(hi), A(out)); }
+int npu_swiglu(uintptr_t x, int64_t dim, uintptr_t out, uint64_t *ws, uintptr_t *ex) { P1(NPU_OP_SWIGLU, sm_fn, A(x), dim, A(out)); }
+int npu_embedding(uintptr_t weight, uintptr_t indices, uintptr_t out, uint64_t *ws, uintptr_t *ex) {
+	P1(NPU_OP_EMBEDDING, bin_fn, A(weight), A(indices), A(out));
+}
+int npu_index_copy(uintptr_t self, int64_t dim, uintptr_t index, uintptr_t source, uint64_t *ws, uintptr_t *ex) {
+	P1(NPU_OP_INDEX_COPY, icopy_fn, A(self), dim, A(index), A(source));
+}
+int npu_nan_to_num(uintptr_t self, float nan, float posinf, float neginf, uintptr_t out, uint64_t *ws, uintptr_t *ex) {
+	P1(NPU_OP_NAN_TO_NUM, n2n_fn, A(self), nan, posinf, neginf, A(out));
+}
+int npu_sort(uintptr_t self, int stable, int64_t dim, int descending, uintptr_t values, uintptr_t indices, uint64_t *ws, uintptr_t *ex) {
+	P1(NPU_OP_SORT, sort_fn, A(self), stable != 0, dim, descending != 0, A(values), A(indices));
+}
+int npu_gather(uintptr_t self, int64_t dim, uintptr_t index, uintptr_t out, uint64_t *ws, uintptr_t *ex) {
+	P1(NPU_OP_GATHER, icopy_fn, A(self), dim, A(index), A(out));
+}
+int npu_layer_norm(uintptr_t input, uintptr_t shape, uintptr_t weight, uintptr_t bias, double eps, uintptr_t out, uintptr_t mean, uintptr_t rstd,
+		   uint64_t *ws, uintptr_t *ex) {
+	P1(NPU_OP_LAYER_NORM, ln_fn, A(input), A(shape), A(weight), A(bias), eps, A(out), A(mean), A(rstd));
+}
+int npu_mean(uintptr_t self, uintptr_t dims, int keepdim, int dtype, uintptr_t out, uint64_t *ws, uintptr_t *ex) {
+	P1(NPU_OP_MEAN, red_fn, A(self), A(dims), keepdim != 0, dtype, A(out));
+}
+int npu_reduce_sum(uintptr_t self, uintptr_t dims, int keepdim, int dtype, uintptr_t out, uint64_t *ws, uintptr_t *ex) {
+	P1(NPU_OP_REDUCE_SUM, red_fn, A(self), A(dims), keepdim != 0, dtype, A(out));
+}
+int npu_batch_matmul(uintptr_t self, uintptr_t mat2, uintptr_t out, int8_t cube_math, uint64_t *ws, uintptr_t *ex) {
+	P1(NPU_OP_BATCH_MATMUL, mm_fn, A(self), A(mat2), A(out), cube_math);
+}
+int npu_exp(uintptr_t self, uintptr_t out, uint64_t *ws, uintptr_t *ex) { P1(NPU_OP_EXP, copy_fn, A(self), A(out)); }
+int npu_softplus(uintptr_t self, uintptr_t beta, uintptr_t threshold, uintptr_t out, uint64_t *ws, uintptr_t *ex) {
+	P1(NPU_OP_SOFTPLUS, clamp_fn, A(self), A(beta), A(threshold), A(out));
+}
+int npu_div(uintptr_t self, uintptr_t other, uintptr_t out, uint64_t *ws, uintptr_t *ex) { P1(NPU_OP_DIV, bin_fn, A(self), A(other), A(out)); }
+int npu_scatter(uintptr_t self, int64_t dim, uintptr_t index, uintptr_t src, int64_t reduce, uintptr_t out, uint64_t *ws, uintptr_t *ex) {
+	P1(NPU_OP_SCATTER, scatter_fn, A(self), dim, A(index), A(src), reduce, A(out));
+}
 
 int npu_aclnn_run(int op, uintptr_t workspace, uint64_t size, uintptr_t executor, uintptr_t stream) {
 	if (op < 0 || op >= NPU_OP_COUNT || phase2[op] == NULL) {

@@ -24,6 +24,22 @@ enum {
 	NPU_OP_SOFTMAX,
 	NPU_OP_SIGMOID,
 	NPU_OP_SILU,
+	NPU_OP_CLAMP,
+	NPU_OP_CLAMP_MAX,
+	NPU_OP_SWIGLU,
+	NPU_OP_EMBEDDING,
+	NPU_OP_INDEX_COPY,
+	NPU_OP_NAN_TO_NUM,
+	NPU_OP_SORT,
+	NPU_OP_GATHER,
+	NPU_OP_LAYER_NORM,
+	NPU_OP_MEAN,
+	NPU_OP_REDUCE_SUM,
+	NPU_OP_BATCH_MATMUL,
+	NPU_OP_EXP,
+	NPU_OP_SOFTPLUS,
+	NPU_OP_DIV,
+	NPU_OP_SCATTER,
 	NPU_OP_COUNT
 };
 
@@ -40,6 +56,8 @@ uintptr_t npu_tensor(const int64_t *dims, uint64_t nd, int dtype, const int64_t 
 int npu_destroy_tensor(uintptr_t t);
 uintptr_t npu_scalar_f32(float v);
 int npu_destroy_scalar(uintptr_t s);
+uintptr_t npu_int_array(const int64_t *v, uint64_t n);
+int npu_destroy_int_array(uintptr_t a);
 
 // Phase 1 of each operator (ws, ex: outputs).
 int npu_inplace_copy(uintptr_t self, uintptr_t src, uint64_t *ws, uintptr_t *ex);
@@ -53,6 +71,23 @@ int npu_rms_norm(uintptr_t x, uintptr_t gamma, double eps, uintptr_t y, uintptr_
 int npu_softmax(uintptr_t self, int64_t dim, uintptr_t out, uint64_t *ws, uintptr_t *ex);
 int npu_sigmoid(uintptr_t self, uintptr_t out, uint64_t *ws, uintptr_t *ex);
 int npu_silu(uintptr_t self, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+int npu_clamp(uintptr_t self, uintptr_t lo, uintptr_t hi, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+int npu_clamp_max(uintptr_t self, uintptr_t hi, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+int npu_swiglu(uintptr_t x, int64_t dim, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+int npu_embedding(uintptr_t weight, uintptr_t indices, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+int npu_index_copy(uintptr_t self, int64_t dim, uintptr_t index, uintptr_t source, uint64_t *ws, uintptr_t *ex);
+int npu_nan_to_num(uintptr_t self, float nan, float posinf, float neginf, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+int npu_sort(uintptr_t self, int stable, int64_t dim, int descending, uintptr_t values, uintptr_t indices, uint64_t *ws, uintptr_t *ex);
+int npu_gather(uintptr_t self, int64_t dim, uintptr_t index, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+int npu_layer_norm(uintptr_t input, uintptr_t shape, uintptr_t weight, uintptr_t bias, double eps, uintptr_t out, uintptr_t mean, uintptr_t rstd,
+		   uint64_t *ws, uintptr_t *ex);
+int npu_mean(uintptr_t self, uintptr_t dims, int keepdim, int dtype, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+int npu_reduce_sum(uintptr_t self, uintptr_t dims, int keepdim, int dtype, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+int npu_batch_matmul(uintptr_t self, uintptr_t mat2, uintptr_t out, int8_t cube_math, uint64_t *ws, uintptr_t *ex);
+int npu_exp(uintptr_t self, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+int npu_div(uintptr_t self, uintptr_t other, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+int npu_scatter(uintptr_t self, int64_t dim, uintptr_t index, uintptr_t src, int64_t reduce, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+int npu_softplus(uintptr_t self, uintptr_t beta, uintptr_t threshold, uintptr_t out, uint64_t *ws, uintptr_t *ex);
 
 // Phase 2, the same signature for every operator.
 int npu_aclnn_run(int op, uintptr_t workspace, uint64_t size, uintptr_t executor, uintptr_t stream);

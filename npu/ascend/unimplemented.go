@@ -12,71 +12,10 @@ import (
 // refuses to open the backend while this list is not empty, so
 // --device ascend never runs a partial backend; calling one directly (a
 // test that constructs the Backend with New) is a programming error.
-var unimplementedOps = []string{"RMSNormGated", "LayerNorm", "SwiGLU", "L2Norm", "Conv1d", "Conv1dUpdate", "TopK", "Gather", "Scatter",
-	"Embedding", "HCPre", "HCPost", "HCMean", "KDAGate", "KDA", "KPool", "DSAIndex", "SparseMLA", "Router", "MoE", "PrepareQuant",
+var unimplementedOps = []string{"DSAIndex", "SparseMLA", "PrepareQuant",
 	"MatMulQ", "MoEQ"}
 
 func notImplemented(op string) { panic(fmt.Sprintf("ascend: %s is not implemented yet", op)) }
-
-// RMSNormGated is not implemented yet.
-func (b *Backend) RMSNormGated(out, x, gate, w *npu.Tensor, eps float32) {
-	notImplemented("RMSNormGated")
-}
-
-// LayerNorm is not implemented yet.
-func (b *Backend) LayerNorm(out, x, w, bias *npu.Tensor, eps float32) { notImplemented("LayerNorm") }
-
-// SwiGLU is not implemented yet.
-func (b *Backend) SwiGLU(out, gateUp *npu.Tensor, limit float32) { notImplemented("SwiGLU") }
-
-// L2Norm is not implemented yet.
-func (b *Backend) L2Norm(out, x *npu.Tensor, n int, eps float32) { notImplemented("L2Norm") }
-
-// Conv1d is not implemented yet.
-func (b *Backend) Conv1d(out, x, state, w *npu.Tensor, seqs *npu.SeqLayout, silu bool) {
-	notImplemented("Conv1d")
-}
-
-// Conv1dUpdate is not implemented yet.
-func (b *Backend) Conv1dUpdate(out, x, state, w *npu.Tensor, seqs *npu.SeqLayout, silu bool) {
-	notImplemented("Conv1dUpdate")
-}
-
-// TopK is not implemented yet.
-func (b *Backend) TopK(vals, idx, x *npu.Tensor, k int) { notImplemented("TopK") }
-
-// Gather is not implemented yet.
-func (b *Backend) Gather(out, src, idx *npu.Tensor) { notImplemented("Gather") }
-
-// Scatter is not implemented yet.
-func (b *Backend) Scatter(dst, src, idx *npu.Tensor) { notImplemented("Scatter") }
-
-// Embedding is not implemented yet.
-func (b *Backend) Embedding(out, table, ids *npu.Tensor) { notImplemented("Embedding") }
-
-// HCPre is not implemented yet.
-func (b *Backend) HCPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, p npu.HCParams) {
-	notImplemented("HCPre")
-}
-
-// HCPost is not implemented yet.
-func (b *Backend) HCPost(out, y, post, comb, x *npu.Tensor) { notImplemented("HCPost") }
-
-// HCMean is not implemented yet.
-func (b *Backend) HCMean(out, x *npu.Tensor) { notImplemented("HCMean") }
-
-// KDAGate is not implemented yet.
-func (b *Backend) KDAGate(g, f, dtBias, aLog *npu.Tensor, p npu.KDAGateParams) {
-	notImplemented("KDAGate")
-}
-
-// KDA is not implemented yet.
-func (b *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout, heads, headDim, chunk int) {
-	notImplemented("KDA")
-}
-
-// KPool is not implemented yet.
-func (b *Backend) KPool(out, keys, gates, ape *npu.Tensor) { notImplemented("KPool") }
 
 // DSAIndex is not implemented yet.
 func (b *Backend) DSAIndex(out, q, w, pooled *npu.Tensor, seqs *npu.SeqLayout, p npu.IndexParams) {
@@ -86,16 +25,6 @@ func (b *Backend) DSAIndex(out, q, w, pooled *npu.Tensor, seqs *npu.SeqLayout, p
 // SparseMLA is not implemented yet.
 func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.SeqLayout, heads, dk, dv int, scale float32) {
 	notImplemented("SparseMLA")
-}
-
-// Router is not implemented yet.
-func (b *Backend) Router(weights, ids, x, gate, bias *npu.Tensor, p npu.RouterParams) {
-	notImplemented("Router")
-}
-
-// MoE is not implemented yet.
-func (b *Backend) MoE(out, x, gateUp, down, weights, ids *npu.Tensor, limit float32) {
-	notImplemented("MoE")
 }
 
 // PrepareQuant is not implemented yet.

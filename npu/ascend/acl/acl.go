@@ -315,3 +315,24 @@ func MemInfo(attr int) (free, total int64, err error) {
 
 // SocName is aclrtGetSocName ("" when unknown).
 func SocName() string { return C.GoString(C.npu_aclrtGetSocName()) }
+
+// VersionStr is aclsysGetVersionStr(pkg): the installed version of a
+// CANN package ("runtime", "opbase", "ops_nn", "hccl", ... as torch_npu
+// names them, ascend-api.md §1).
+func VersionStr(pkg string) (string, error) {
+	cp := C.CString(pkg)
+	defer C.free(unsafe.Pointer(cp))
+	var buf [512]C.char
+	if err := check("aclsysGetVersionStr", C.npu_aclsysGetVersionStr(cp, &buf[0], C.size_t(len(buf)))); err != nil {
+		return "", err
+	}
+	return C.GoString(&buf[0]), nil
+}
+
+// APIVersion is aclrtGetVersion: the ACL API version (not the CANN
+// release).
+func APIVersion() (major, minor, patch int, err error) {
+	var a, b, c C.int32_t
+	err = check("aclrtGetVersion", C.npu_aclrtGetVersion(&a, &b, &c))
+	return int(a), int(b), int(c), err
+}

@@ -42,6 +42,8 @@
 	X(0, int, aclrtMemsetAsync, (void *ptr, size_t max, int32_t value, size_t count, void *stream))   \
 	X(0, int, aclrtGetMemInfo, (int attr, size_t *free_bytes, size_t *total_bytes))                   \
 	X(0, const char *, aclrtGetSocName, (void))                                                       \
+	X(0, int, aclsysGetVersionStr, (char *pkg_name, char *version))                                   \
+	X(0, int, aclrtGetVersion, (int32_t * major, int32_t * minor, int32_t * patch))                   \
 	X(0, const char *, aclGetRecentErrMsg, (void))
 
 #define NPU_DECLARE(req, ret, name, params) static ret(*p_##name) params;
@@ -131,6 +133,23 @@ const char *npu_aclrtGetSocName(void) {
 	const char *s = p_aclrtGetSocName == NULL ? NULL : p_aclrtGetSocName();
 	return s == NULL ? "" : s;
 }
+
+int npu_aclsysGetVersionStr(const char *pkg, char *buf, size_t len) {
+	// The version buffer is ACL_PKG_VERSION_MAX_SIZE (128, ascend-api.md
+	// §1); ours is larger and always terminated.
+	char v[512] = {0};
+	char name[64];
+	snprintf(name, sizeof name, "%s", pkg);
+	buf[0] = '\0';
+	if (p_aclsysGetVersionStr == NULL) {
+		return NPU_ACL_SYMBOL_MISSING;
+	}
+	int rc = p_aclsysGetVersionStr(name, v);
+	v[sizeof v - 1] = '\0';
+	snprintf(buf, len, "%s", v);
+	return rc;
+}
+int npu_aclrtGetVersion(int32_t *major, int32_t *minor, int32_t *patch) { CALL(aclrtGetVersion, major, minor, patch); }
 
 void npu_aclGetRecentErrMsg(char *buf, size_t len) {
 	buf[0] = '\0';

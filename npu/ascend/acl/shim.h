@@ -49,6 +49,9 @@ int npu_aclrtMemsetAsync(uintptr_t ptr, size_t max, int32_t value, size_t count,
 int npu_aclrtGetMemInfo(int attr, size_t *free_bytes, size_t *total_bytes);
 // npu_aclrtGetSocName returns "" when the symbol is missing or fails.
 const char *npu_aclrtGetSocName(void);
+// npu_aclsysGetVersionStr copies pkg's version (e.g. "runtime") into buf.
+int npu_aclsysGetVersionStr(const char *pkg, char *buf, size_t len);
+int npu_aclrtGetVersion(int32_t *major, int32_t *minor, int32_t *patch);
 // npu_aclGetRecentErrMsg copies the calling thread's last ACL error
 // message (reading clears it); empty when there is none.
 void npu_aclGetRecentErrMsg(char *buf, size_t len);

@@ -320,6 +320,31 @@ const char *aclrtGetSocName(void) {
 	return s && *s ? s : "Ascend910B3";
 }
 
+// aclsysGetVersionStr: STANDIN_CANN_VERSION (default "8.5.0-standin") for
+// the packages torch_npu asks about; an unknown package is an error.
+int aclsysGetVersionStr(char *pkgName, char *versionStr) {
+	if (pkgName == NULL || versionStr == NULL) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "version-args", "aclsysGetVersionStr(NULL)");
+	}
+	static const char *pkgs[] = {"runtime", "hccl", "hcomm", "opbase", "ops_nn", "ops_transformer", "ops_math", "ge-executor"};
+	for (size_t i = 0; i < sizeof pkgs / sizeof *pkgs; i++) {
+		if (strcmp(pkgName, pkgs[i]) == 0) {
+			const char *v = getenv("STANDIN_CANN_VERSION");
+			snprintf(versionStr, 128, "%s", v && *v ? v : "8.5.0-standin");
+			return 0;
+		}
+	}
+	return standin_violation(ACL_ERROR_INVALID_PARAM, "version-package", "aclsysGetVersionStr: no package %s", pkgName);
+}
+
+int aclrtGetVersion(int32_t *major, int32_t *minor, int32_t *patch) {
+	if (major == NULL || minor == NULL || patch == NULL) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "version-args", "aclrtGetVersion(NULL)");
+	}
+	*major = 1, *minor = 17, *patch = 0;
+	return 0;
+}
+
 // check_copy validates a copy of count bytes of kind (aclrtMemcpyKind).
 static int check_copy(const char *who, void *dst, size_t dmax, const void *src, size_t count, int kind) {
 	if (count > dmax) {

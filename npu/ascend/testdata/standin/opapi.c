@@ -527,3 +527,749 @@ int aclnnRmsNormGetWorkspaceSize(const aclTensor *x, const aclTensor *gamma, dou
 	return new_exec(op, 0, run_rms, &a, sizeof a, ws, ex);
 }
 PHASE2(aclnnRmsNorm)
+
+// ---- helpers of the operators below ----
+
+static int chk_intarray(const char *op, const char *name, const aclIntArray *a) {
+	if (a == NULL || a->magic != INTARRAY_MAGIC) {
+		return standin_violation(ACLNN_ERR_PARAM_NULLPTR, "live-intarray", "%s: %s is not a live aclIntArray", op, name);
+	}
+	return 0;
+}
+
+// shape_is: t has exactly the n dims d.
+static int shape_is(const aclTensor *t, uint64_t n, const int64_t *d) {
+	if (t->ndim != n) {
+		return 0;
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		if (t->dims[i] != d[i]) {
+			return 0;
+		}
+	}
+	return 1;
+}
+
+static int norm_dim(int64_t *dim, uint64_t ndim) {
+	if (*dim < -(int64_t)ndim || *dim >= (int64_t)ndim) {
+		return 0;
+	}
+	if (*dim < 0) {
+		*dim += ndim;
+	}
+	return 1;
+}
+
+// ---- aclnnClamp (min and max scalars), aclnnClampMax: out = clamp(self) ----
+// A NaN stays NaN (torch.clamp).
+typedef struct {
+	aclTensor out, x;
+	double lo, hi;
+	int has_lo;
+} clamp_args;
+static void run_clamp(void *p, void *ws) {
+	(void)ws;
+	clamp_args *a = p;
+	int64_t n = numel(&a->out);
+	for (int64_t i = 0; i < n; i++) {
+		float v = (float)get(&a->x, i);
+		if (v != v) {
+			set(&a->out, i, v);
+			continue;
+		}
+		if (a->has_lo && v < (float)a->lo) {
+			v = (float)a->lo;
+		}
+		if (v > (float)a->hi) {
+			v = (float)a->hi;
+		}
+		set(&a->out, i, v);
+	}
+}
+static int clamp(const char *op, const aclTensor *self, const aclScalar *lo, const aclScalar *hi, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
+	TRY(need_ctx(op));
+	TRY(outs(op, ws, ex));
+	TRY(chk(op, "self", self, FLOATS | F(DT_INT32)));
+	TRY(chk(op, "out", out, FLOATS | F(DT_INT32)));
+	if (lo != NULL || strcmp(op, "aclnnClamp") == 0) {
+		TRY(chk_scalar(op, "clipValueMin", lo));
+	}
+	TRY(chk_scalar(op, "clipValueMax", hi));
+	if (!same_shape(self, out) || out->dtype != self->dtype) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "out-shape", "%s: out must have self's shape and dtype", op);
+	}
+	clamp_args a = {*out, *self, lo ? lo->v : 0, hi->v, lo != NULL};
+	return new_exec(op, 0, run_clamp, &a, sizeof a, ws, ex);
+}
+int aclnnClampGetWorkspaceSize(const aclTensor *self, const aclScalar *clipValueMin, const aclScalar *clipValueMax, aclTensor *out, uint64_t *ws,
+			       aclOpExecutor **ex) {
+	return clamp("aclnnClamp", self, clipValueMin, clipValueMax, out, ws, ex);
+}
+PHASE2(aclnnClamp)
+int aclnnClampMaxGetWorkspaceSize(const aclTensor *self, const aclScalar *clipValueMax, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
+	return clamp("aclnnClampMax", self, NULL, clipValueMax, out, ws, ex);
+}
+PHASE2(aclnnClampMax)
+
+// ---- aclnnSwiGlu: out = silu(first half of x along dim) * second half ----
+typedef struct {
+	aclTensor out, x;
+	int64_t dim;
+} swiglu_args;
+static void run_swiglu(void *p, void *ws) {
+	(void)ws;
+	swiglu_args *a = p;
+	int64_t half = a->out.dims[a->dim], inner = 1, n = numel(&a->out);
+	for (uint64_t i = a->dim + 1; i < a->out.ndim; i++) {
+		inner *= a->out.dims[i];
+	}
+	for (int64_t i = 0; i < n; i++) {
+		int64_t outer = i / (half * inner), j = (i / inner) % half, in = i % inner;
+		int64_t xi = (outer * 2 * half + j) * inner + in;
+		float g = (float)get(&a->x, xi), u = (float)get(&a->x, xi + half * inner);
+		set(&a->out, i, g / (1.0f + expf(-g)) * u);
+	}
+}
+int aclnnSwiGluGetWorkspaceSize(const aclTensor *x, int64_t dim, const aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
+	const char *op = "aclnnSwiGlu";
+	TRY(need_ctx(op));
+	TRY(outs(op, ws, ex));
+	TRY(chk(op, "x", x, FLOATS));
+	TRY(chk(op, "out", out, FLOATS));
+	if (x->ndim == 0 || !norm_dim(&dim, x->ndim) || x->dims[dim] % 2 != 0) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "swiglu-dim", "%s: dim must name a dimension of x of even size", op);
+	}
+	int64_t want[STANDIN_MAX_DIMS];
+	memcpy(want, x->dims, sizeof want);
+	want[dim] /= 2;
+	if (!shape_is(out, x->ndim, want) || out->dtype != x->dtype) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "swiglu-out", "%s: out must be x's shape with dim halved, in x's dtype", op);
+	}
+	swiglu_args a = {*out, *x, dim};
+	return new_exec(op, 0, run_swiglu, &a, sizeof a, ws, ex);
+}
+PHASE2(aclnnSwiGlu)
+
+// ---- aclnnEmbedding: out[i, :] = weight[indices[i], :] (weight 2-D) ----
+// An index outside [0, rows) is an execution failure (an AI Core
+// exception on a real NPU).
+typedef struct {
+	aclTensor w, idx, out;
+} emb_args;
+static void run_embedding(void *p, void *ws) {
+	(void)ws;
+	emb_args *a = p;
+	int64_t m = numel(&a->idx), d = a->w.dims[1], rows = a->w.dims[0];
+	for (int64_t i = 0; i < m; i++) {
+		int64_t r = (int64_t)get(&a->idx, i);
+		if (r < 0 || r >= rows) {
+			char msg[128];
+			snprintf(msg, sizeof msg, "aclnnEmbedding: index %lld out of range for %lld rows", (long long)r, (long long)rows);
+			standin_stream_fail("index-in-range", msg);
+			return;
+		}
+		for (int64_t j = 0; j < d; j++) {
+			set(&a->out, i * d + j, get(&a->w, r * d + j));
+		}
+	}
+}
+int aclnnEmbeddingGetWorkspaceSize(const aclTensor *weight, const aclTensor *indices, const aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
+	const char *op = "aclnnEmbedding";
+	TRY(need_ctx(op));
+	TRY(outs(op, ws, ex));
+	TRY(chk(op, "weight", weight, ALLDT));
+	TRY(chk(op, "indices", indices, F(DT_INT32) | F(DT_INT64)));
+	TRY(chk(op, "out", out, ALLDT));
+	if (weight->ndim != 2) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "embedding-weight-2d", "%s: weight must be 2-D", op);
+	}
+	int64_t want[STANDIN_MAX_DIMS];
+	if (indices->ndim + 1 > STANDIN_MAX_DIMS) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "embedding-out", "%s: indices have too many dims", op);
+	}
+	memcpy(want, indices->dims, indices->ndim * sizeof *want);
+	want[indices->ndim] = weight->dims[1];
+	if (!shape_is(out, indices->ndim + 1, want) || out->dtype != weight->dtype) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "embedding-out", "%s: out must be indices' shape + [weight cols], in weight's dtype", op);
+	}
+	emb_args a = {*weight, *indices, *out};
+	return new_exec(op, 0, run_embedding, &a, sizeof a, ws, ex);
+}
+PHASE2(aclnnEmbedding)
+
+// ---- aclnnInplaceIndexCopy: selfRef.index_copy_(dim, index, source) ----
+// Duplicate indices give an unspecified result (torch index_copy_): the
+// stand-in copies the rows in reverse order, so the first wins, to show a
+// caller that relies on any order.
+typedef struct {
+	aclTensor self, idx, src;
+	int64_t dim;
+} icopy_args;
+static void run_index_copy(void *p, void *ws) {
+	(void)ws;
+	icopy_args *a = p;
+	int64_t m = numel(&a->idx), rows = a->self.dims[a->dim], inner = 1, outer = 1;
+	for (uint64_t i = a->dim + 1; i < a->self.ndim; i++) {
+		inner *= a->self.dims[i];
+	}
+	for (int64_t i = 0; i < a->dim; i++) {
+		outer *= a->self.dims[i];
+	}
+	for (int64_t i = m - 1; i >= 0; i--) {
+		int64_t r = (int64_t)get(&a->idx, i);
+		if (r < 0 || r >= rows) {
+			char msg[128];
+			snprintf(msg, sizeof msg, "aclnnInplaceIndexCopy: index %lld out of range for %lld", (long long)r, (long long)rows);
+			standin_stream_fail("index-in-range", msg);
+			return;
+		}
+		for (int64_t o = 0; o < outer; o++) {
+			for (int64_t j = 0; j < inner; j++) {
+				set(&a->self, (o * rows + r) * inner + j, get(&a->src, (o * m + i) * inner + j));
+			}
+		}
+	}
+}
+int aclnnInplaceIndexCopyGetWorkspaceSize(aclTensor *selfRef, int64_t dim, const aclTensor *index, const aclTensor *source, uint64_t *ws,
+					  aclOpExecutor **ex) {
+	const char *op = "aclnnInplaceIndexCopy";
+	TRY(need_ctx(op));
+	TRY(outs(op, ws, ex));
+	TRY(chk(op, "selfRef", selfRef, ALLDT));
+	TRY(chk(op, "index", index, F(DT_INT32) | F(DT_INT64)));
+	TRY(chk(op, "source", source, ALLDT));
+	if (selfRef->ndim == 0 || !norm_dim(&dim, selfRef->ndim) || index->ndim > 1) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "index-copy-args", "%s: dim must name a dim of selfRef, index must be 1-D", op);
+	}
+	int64_t want[STANDIN_MAX_DIMS];
+	memcpy(want, selfRef->dims, sizeof want);
+	want[dim] = numel(index);
+	if (source->dtype != selfRef->dtype || !shape_is(source, selfRef->ndim, want)) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "index-copy-source",
+					 "%s: source must be selfRef's shape with dim %lld = len(index), in selfRef's dtype", op, (long long)dim);
+	}
+	icopy_args a = {*selfRef, *index, *source, dim};
+	return new_exec(op, 0, run_index_copy, &a, sizeof a, ws, ex);
+}
+PHASE2(aclnnInplaceIndexCopy)
+
+// ---- aclnnNanToNum: NaN, +Inf, -Inf replaced ----
+typedef struct {
+	aclTensor out, x;
+	float nan, pinf, ninf;
+} n2n_args;
+static void run_nan_to_num(void *p, void *ws) {
+	(void)ws;
+	n2n_args *a = p;
+	int64_t n = numel(&a->out);
+	for (int64_t i = 0; i < n; i++) {
+		float v = (float)get(&a->x, i);
+		set(&a->out, i, v != v ? a->nan : isinf(v) ? (v > 0 ? a->pinf : a->ninf) : v);
+	}
+}
+int aclnnNanToNumGetWorkspaceSize(const aclTensor *self, float nan, float posInf, float negInf, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
+	const char *op = "aclnnNanToNum";
+	TRY(need_ctx(op));
+	TRY(outs(op, ws, ex));
+	TRY(chk(op, "self", self, FLOATS));
+	TRY(chk(op, "out", out, FLOATS));
+	if (!same_shape(self, out) || self->dtype != out->dtype) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "out-shape", "%s: out must have self's shape and dtype", op);
+	}
+	n2n_args a = {*out, *self, nan, posInf, negInf};
+	return new_exec(op, 0, run_nan_to_num, &a, sizeof a, ws, ex);
+}
+PHASE2(aclnnNanToNum)
+
+// ---- aclnnSort(self, stable, dim, descending, values, indices INT64) ----
+// NaN sorts as the largest value (torch.sort); stable keeps equal values in
+// index order, and without it the stand-in orders them against it.
+typedef struct {
+	aclTensor x, vals, idx;
+	int64_t dim;
+	int stable, desc;
+} sort_args;
+typedef struct {
+	float v;
+	int64_t i;
+} sort_ent;
+static __thread int g_sort_desc, g_sort_stable; // qsort has no argument: per stream thread
+static int sort_cmp(const void *pa, const void *pb) {
+	const sort_ent *a = pa, *b = pb;
+	int an = a->v != a->v, bn = b->v != b->v;
+	int c = 0; // ascending order of value, NaN last
+	if (an != bn) {
+		c = an ? 1 : -1;
+	} else if (!an && a->v != b->v) {
+		c = a->v < b->v ? -1 : 1;
+	}
+	if (g_sort_desc) {
+		c = -c;
+	}
+	if (c == 0) { // unstable: the stand-in breaks ties against index order
+		c = a->i < b->i ? -1 : a->i > b->i;
+		c = g_sort_stable ? c : -c;
+	}
+	return c;
+}
+static void run_sort(void *p, void *ws) {
+	sort_args *a = p;
+	sort_ent *e = ws;
+	int64_t d = a->x.dims[a->dim], inner = 1, n = numel(&a->x);
+	for (uint64_t i = a->dim + 1; i < a->x.ndim; i++) {
+		inner *= a->x.dims[i];
+	}
+	g_sort_desc = a->desc;
+	g_sort_stable = a->stable;
+	for (int64_t base = 0; base < n; base++) {
+		if ((base / inner) % d != 0) {
+			continue;
+		}
+		for (int64_t j = 0; j < d; j++) {
+			e[j].v = (float)get(&a->x, base + j * inner);
+			e[j].i = j;
+		}
+		qsort(e, d, sizeof *e, sort_cmp);
+		for (int64_t j = 0; j < d; j++) {
+			set(&a->vals, base + j * inner, e[j].v);
+			set(&a->idx, base + j * inner, (double)e[j].i);
+		}
+	}
+}
+int aclnnSortGetWorkspaceSize(const aclTensor *self, bool stable, int64_t dim, bool descending, aclTensor *valuesOut, aclTensor *indicesOut, uint64_t *ws,
+			      aclOpExecutor **ex) {
+	const char *op = "aclnnSort";
+	TRY(need_ctx(op));
+	TRY(outs(op, ws, ex));
+	TRY(chk(op, "self", self, FLOATS | F(DT_INT32)));
+	TRY(chk(op, "valuesOut", valuesOut, FLOATS | F(DT_INT32)));
+	TRY(chk(op, "indicesOut", indicesOut, F(DT_INT64)));
+	if (self->ndim == 0 || !norm_dim(&dim, self->ndim) || !same_shape(self, valuesOut) || !same_shape(self, indicesOut) ||
+	    valuesOut->dtype != self->dtype) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "sort-args", "%s: dim of self; valuesOut (self's dtype) and indicesOut have self's shape", op);
+	}
+	sort_args a = {*self, *valuesOut, *indicesOut, dim, stable, descending};
+	return new_exec(op, (uint64_t)self->dims[dim] * sizeof(sort_ent), run_sort, &a, sizeof a, ws, ex);
+}
+PHASE2(aclnnSort)
+
+// ---- aclnnGather: out[..i..] = self[..index[..i..]..] along dim ----
+typedef struct {
+	aclTensor x, idx, out;
+	int64_t dim;
+} gather_args;
+static void run_gather(void *p, void *ws) {
+	(void)ws;
+	gather_args *a = p;
+	int64_t n = numel(&a->idx);
+	for (int64_t lin = 0; lin < n; lin++) {
+		int64_t rem = lin, coord[STANDIN_MAX_DIMS];
+		for (int i = (int)a->idx.ndim - 1; i >= 0; i--) {
+			coord[i] = rem % a->idx.dims[i];
+			rem /= a->idx.dims[i];
+		}
+		int64_t r = (int64_t)get(&a->idx, lin);
+		if (r < 0 || r >= a->x.dims[a->dim]) {
+			standin_stream_fail("index-in-range", "aclnnGather: index out of range");
+			return;
+		}
+		coord[a->dim] = r;
+		int64_t xl = 0;
+		for (uint64_t i = 0; i < a->x.ndim; i++) {
+			xl = xl * a->x.dims[i] + coord[i];
+		}
+		set(&a->out, lin, get(&a->x, xl));
+	}
+}
+int aclnnGatherGetWorkspaceSize(const aclTensor *self, int64_t dim, const aclTensor *index, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
+	const char *op = "aclnnGather";
+	TRY(need_ctx(op));
+	TRY(outs(op, ws, ex));
+	TRY(chk(op, "self", self, ALLDT));
+	TRY(chk(op, "index", index, F(DT_INT32) | F(DT_INT64)));
+	TRY(chk(op, "out", out, ALLDT));
+	if (self->ndim == 0 || !norm_dim(&dim, self->ndim) || index->ndim != self->ndim) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "gather-args", "%s: index must have self's rank, dim a dim of self", op);
+	}
+	for (uint64_t i = 0; i < self->ndim; i++) {
+		if ((int64_t)i != dim && index->dims[i] > self->dims[i]) {
+			return standin_violation(ACLNN_ERR_PARAM_INVALID, "gather-args", "%s: index dim %llu exceeds self's", op, (unsigned long long)i);
+		}
+	}
+	if (!same_shape(index, out) || out->dtype != self->dtype) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "gather-out", "%s: out must have index's shape and self's dtype", op);
+	}
+	gather_args a = {*self, *index, *out, dim};
+	return new_exec(op, 0, run_gather, &a, sizeof a, ws, ex);
+}
+PHASE2(aclnnGather)
+
+// ---- aclnnLayerNorm over the trailing normalizedShape dims ----
+// weight/bias optional (NULL: 1 and 0); meanOut/rstdOut optional.
+typedef struct {
+	aclTensor x, w, b, out, mean, rstd;
+	int has_w, has_b, has_mean, has_rstd;
+	int64_t n;
+	double eps;
+} ln_args;
+static void run_layer_norm(void *p, void *ws) {
+	(void)ws;
+	ln_args *a = p;
+	int64_t n = a->n, rows = numel(&a->x) / n;
+	for (int64_t r = 0; r < rows; r++) {
+		double s = 0, ss = 0;
+		for (int64_t j = 0; j < n; j++) {
+			s += get(&a->x, r * n + j);
+		}
+		float mean = (float)(s / n);
+		for (int64_t j = 0; j < n; j++) {
+			double d = get(&a->x, r * n + j) - mean;
+			ss += d * d;
+		}
+		float rs = 1.0f / sqrtf((float)(ss / n) + (float)a->eps);
+		for (int64_t j = 0; j < n; j++) {
+			float y = ((float)get(&a->x, r * n + j) - mean) * rs;
+			if (a->has_w) {
+				y *= (float)get(&a->w, j);
+			}
+			if (a->has_b) {
+				y += (float)get(&a->b, j);
+			}
+			set(&a->out, r * n + j, y);
+		}
+		if (a->has_mean) {
+			set(&a->mean, r, mean);
+		}
+		if (a->has_rstd) {
+			set(&a->rstd, r, rs);
+		}
+	}
+}
+int aclnnLayerNormGetWorkspaceSize(const aclTensor *input, const aclIntArray *normalizedShape, const aclTensor *weightOptional,
+				   const aclTensor *biasOptional, double eps, aclTensor *out, aclTensor *meanOutOptional, aclTensor *rstdOutOptional,
+				   uint64_t *ws, aclOpExecutor **ex) {
+	const char *op = "aclnnLayerNorm";
+	TRY(need_ctx(op));
+	TRY(outs(op, ws, ex));
+	TRY(chk(op, "input", input, FLOATS));
+	TRY(chk_intarray(op, "normalizedShape", normalizedShape));
+	TRY(chk(op, "out", out, FLOATS));
+	uint64_t k = normalizedShape->n;
+	if (k == 0 || k > input->ndim) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "layernorm-shape", "%s: normalizedShape must be 1..rank(input) trailing dims", op);
+	}
+	int64_t n = 1;
+	for (uint64_t i = 0; i < k; i++) {
+		if (normalizedShape->v[i] != input->dims[input->ndim - k + i]) {
+			return standin_violation(ACLNN_ERR_PARAM_INVALID, "layernorm-shape", "%s: normalizedShape[%llu] is not input's trailing dim", op,
+						 (unsigned long long)i);
+		}
+		n *= normalizedShape->v[i];
+	}
+	const aclTensor *opt[2] = {weightOptional, biasOptional};
+	for (int i = 0; i < 2; i++) {
+		if (opt[i] == NULL) {
+			continue;
+		}
+		TRY(chk(op, i ? "biasOptional" : "weightOptional", opt[i], FLOATS));
+		if (!shape_is(opt[i], k, normalizedShape->v)) {
+			return standin_violation(ACLNN_ERR_PARAM_INVALID, "layernorm-weight-shape", "%s: weight and bias have normalizedShape", op);
+		}
+	}
+	if (!same_shape(input, out) || out->dtype != input->dtype) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "out-shape", "%s: out must have input's shape and dtype", op);
+	}
+	aclTensor *stats[2] = {meanOutOptional, rstdOutOptional};
+	for (int i = 0; i < 2; i++) {
+		if (stats[i] == NULL) {
+			continue;
+		}
+		TRY(chk(op, i ? "rstdOutOptional" : "meanOutOptional", stats[i], FLOATS));
+		if (numel(stats[i]) != numel(input) / n) {
+			return standin_violation(ACLNN_ERR_PARAM_INVALID, "layernorm-stats-shape", "%s: mean/rstd hold one value per normalised group", op);
+		}
+	}
+	ln_args a = {*input};
+	if (weightOptional) {
+		a.w = *weightOptional, a.has_w = 1;
+	}
+	if (biasOptional) {
+		a.b = *biasOptional, a.has_b = 1;
+	}
+	a.out = *out;
+	if (meanOutOptional) {
+		a.mean = *meanOutOptional, a.has_mean = 1;
+	}
+	if (rstdOutOptional) {
+		a.rstd = *rstdOutOptional, a.has_rstd = 1;
+	}
+	a.n = n;
+	a.eps = eps;
+	return new_exec(op, 0, run_layer_norm, &a, sizeof a, ws, ex);
+}
+PHASE2(aclnnLayerNorm)
+
+// ---- aclnnMean / aclnnReduceSum over dims (keepDim, dtype of out) ----
+typedef struct {
+	aclTensor x, out;
+	int reduce[STANDIN_MAX_DIMS];
+	int mean;
+} red_args;
+static void run_reduce(void *p, void *ws) {
+	red_args *a = p;
+	double *acc = ws; // one accumulator per output element
+	int64_t on = numel(&a->out), n = numel(&a->x), cnt = n / (on ? on : 1);
+	memset(acc, 0, on * sizeof *acc);
+	for (int64_t lin = 0; lin < n; lin++) {
+		int64_t rem = lin, o = 0, mul = 1;
+		for (int i = (int)a->x.ndim - 1; i >= 0; i--) {
+			int64_t c = rem % a->x.dims[i];
+			rem /= a->x.dims[i];
+			if (!a->reduce[i]) {
+				o += c * mul;
+				mul *= a->x.dims[i];
+			}
+		}
+		acc[o] += get(&a->x, lin);
+	}
+	for (int64_t i = 0; i < on; i++) {
+		set(&a->out, i, a->mean ? acc[i] / cnt : acc[i]);
+	}
+}
+static int reduce_op(const char *op, int mean, const aclTensor *self, const aclIntArray *dim, bool keepDim, int dtype, aclTensor *out, uint64_t *ws,
+		     aclOpExecutor **ex) {
+	TRY(need_ctx(op));
+	TRY(outs(op, ws, ex));
+	TRY(chk(op, "self", self, FLOATS));
+	TRY(chk_intarray(op, "dim", dim));
+	TRY(chk(op, "out", out, FLOATS));
+	if (out->dtype != dtype) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "reduce-dtype", "%s: out's dtype %d is not dtype %d", op, out->dtype, dtype);
+	}
+	red_args a = {*self, *out};
+	a.mean = mean;
+	for (uint64_t i = 0; i < dim->n; i++) {
+		int64_t d = dim->v[i];
+		if (!norm_dim(&d, self->ndim) || a.reduce[d]) {
+			return standin_violation(ACLNN_ERR_PARAM_INVALID, "reduce-dims", "%s: dim %lld repeated or outside self", op, (long long)dim->v[i]);
+		}
+		a.reduce[d] = 1;
+	}
+	int64_t want[STANDIN_MAX_DIMS];
+	uint64_t nd = 0;
+	for (uint64_t i = 0; i < self->ndim; i++) {
+		if (!a.reduce[i]) {
+			want[nd++] = self->dims[i];
+		} else if (keepDim) {
+			want[nd++] = 1;
+		}
+	}
+	if (!shape_is(out, nd, want)) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "reduce-out-shape", "%s: out has not self's shape less the reduced dims", op);
+	}
+	return new_exec(op, (uint64_t)numel(out) * sizeof(double), run_reduce, &a, sizeof a, ws, ex);
+}
+int aclnnMeanGetWorkspaceSize(const aclTensor *self, const aclIntArray *dim, bool keepDim, int dtype, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
+	return reduce_op("aclnnMean", 1, self, dim, keepDim, dtype, out, ws, ex);
+}
+PHASE2(aclnnMean)
+int aclnnReduceSumGetWorkspaceSize(const aclTensor *self, const aclIntArray *dim, bool keepDim, int dtype, aclTensor *out, uint64_t *ws,
+				   aclOpExecutor **ex) {
+	return reduce_op("aclnnReduceSum", 0, self, dim, keepDim, dtype, out, ws, ex);
+}
+PHASE2(aclnnReduceSum)
+
+// ---- aclnnBatchMatMul: out[b] = self[b] @ mat2[b] (3-D in the stand-in) ----
+typedef struct {
+	aclTensor out, x, w;
+} bmm_args;
+static void run_bmm(void *p, void *ws) {
+	bmm_args *a = p;
+	float *acc = ws;
+	int64_t B = a->x.dims[0], M = a->x.dims[1], K = a->x.dims[2], N = a->w.dims[2];
+	for (int64_t b = 0; b < B; b++) {
+		for (int64_t i = 0; i < M; i++) {
+			for (int64_t j = 0; j < N; j++) {
+				float s = 0;
+				for (int64_t k = 0; k < K; k++) {
+					s += (float)get(&a->x, (b * M + i) * K + k) * (float)get(&a->w, (b * K + k) * N + j);
+				}
+				acc[(b * M + i) * N + j] = s;
+			}
+		}
+	}
+	for (int64_t i = 0; i < B * M * N; i++) {
+		set(&a->out, i, acc[i]);
+	}
+}
+int aclnnBatchMatMulGetWorkspaceSize(const aclTensor *self, const aclTensor *mat2, aclTensor *out, int8_t cubeMathType, uint64_t *ws, aclOpExecutor **ex) {
+	const char *op = "aclnnBatchMatMul";
+	TRY(need_ctx(op));
+	TRY(outs(op, ws, ex));
+	TRY(chk(op, "self", self, FLOATS));
+	TRY(chk(op, "mat2", mat2, FLOATS));
+	TRY(chk(op, "out", out, FLOATS));
+	if (cubeMathType < 0 || cubeMathType > 4) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "cube-math-type", "%s: cubeMathType %d", op, cubeMathType);
+	}
+	if (self->dtype != mat2->dtype || out->dtype != self->dtype) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "matmul-same-dtype", "%s: the stand-in wants one dtype", op);
+	}
+	if (self->ndim != 3 || mat2->ndim != 3 || out->ndim != 3) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "stand-in-bmm-3d", "%s: the stand-in implements 3-D operands only", op);
+	}
+	int64_t want[3] = {self->dims[0], self->dims[1], mat2->dims[2]};
+	if (mat2->dims[0] != self->dims[0] || self->dims[2] != mat2->dims[1] || !shape_is(out, 3, want)) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "bmm-shapes", "%s: [B,M,K] @ [B,K,N] into [B,M,N]", op);
+	}
+	bmm_args a = {*out, *self, *mat2};
+	return new_exec(op, (uint64_t)(want[0] * want[1] * want[2]) * 4, run_bmm, &a, sizeof a, ws, ex);
+}
+PHASE2(aclnnBatchMatMul)
+
+// ---- aclnnExp; aclnnSoftplus: log1p(exp(beta x))/beta, x where beta x > threshold ----
+typedef struct {
+	aclTensor out, x;
+	double beta, threshold;
+	int softplus;
+} ex_args;
+static void run_expish(void *p, void *ws) {
+	(void)ws;
+	ex_args *a = p;
+	int64_t n = numel(&a->out);
+	for (int64_t i = 0; i < n; i++) {
+		float x = (float)get(&a->x, i);
+		if (!a->softplus) {
+			set(&a->out, i, expf(x));
+			continue;
+		}
+		float bx = (float)a->beta * x;
+		set(&a->out, i, bx > (float)a->threshold ? x : (float)(log1p(exp((double)bx)) / a->beta));
+	}
+}
+static int expish(const char *op, const aclTensor *self, aclTensor *out, ex_args *a, uint64_t *ws, aclOpExecutor **ex) {
+	TRY(need_ctx(op));
+	TRY(outs(op, ws, ex));
+	TRY(chk(op, "self", self, FLOATS));
+	TRY(chk(op, "out", out, FLOATS));
+	if (!same_shape(self, out)) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "out-shape", "%s: out must have self's shape", op);
+	}
+	a->out = *out;
+	a->x = *self;
+	return new_exec(op, 0, run_expish, a, sizeof *a, ws, ex);
+}
+int aclnnExpGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
+	ex_args a = {0};
+	return expish("aclnnExp", self, out, &a, ws, ex);
+}
+PHASE2(aclnnExp)
+int aclnnSoftplusGetWorkspaceSize(const aclTensor *self, const aclScalar *beta, const aclScalar *threshold, aclTensor *out, uint64_t *ws,
+				  aclOpExecutor **ex) {
+	TRY(chk_scalar("aclnnSoftplus", "beta", beta));
+	TRY(chk_scalar("aclnnSoftplus", "threshold", threshold));
+	if (beta->v == 0) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "softplus-beta", "aclnnSoftplus: beta 0");
+	}
+	ex_args a = {0};
+	a.beta = beta->v;
+	a.threshold = threshold->v;
+	a.softplus = 1;
+	return expish("aclnnSoftplus", self, out, &a, ws, ex);
+}
+PHASE2(aclnnSoftplus)
+
+// ---- aclnnDiv: out = self / other (broadcast) ----
+typedef struct {
+	aclTensor out, a, b;
+} div_args;
+static void run_div(void *p, void *ws) {
+	(void)ws;
+	div_args *a = p;
+	int64_t n = numel(&a->out);
+	for (int64_t i = 0; i < n; i++) {
+		set(&a->out, i, (float)get(&a->a, bidx(&a->a, &a->out, i)) / (float)get(&a->b, bidx(&a->b, &a->out, i)));
+	}
+}
+int aclnnDivGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
+	const char *op = "aclnnDiv";
+	TRY(need_ctx(op));
+	TRY(outs(op, ws, ex));
+	TRY(chk(op, "self", self, FLOATS | F(DT_INT32)));
+	TRY(chk(op, "other", other, FLOATS | F(DT_INT32)));
+	TRY(chk(op, "out", out, FLOATS));
+	if (!bcast_ok(self, out) || !bcast_ok(other, out)) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "broadcast", "%s: the inputs do not broadcast to out's shape", op);
+	}
+	div_args a = {*out, *self, *other};
+	return new_exec(op, 0, run_div, &a, sizeof a, ws, ex);
+}
+PHASE2(aclnnDiv)
+
+// ---- aclnnScatter (reduce 0: none): out = self with
+// out[..index[..i..]..] = src[..i..] along dim (torch.scatter) ----
+typedef struct {
+	aclTensor self, idx, src, out;
+	int64_t dim;
+} scatter_args;
+static void run_scatter(void *p, void *ws) {
+	(void)ws;
+	scatter_args *a = p;
+	int64_t n = numel(&a->out);
+	for (int64_t i = 0; i < n; i++) {
+		set(&a->out, i, get(&a->self, i));
+	}
+	n = numel(&a->idx);
+	for (int64_t lin = 0; lin < n; lin++) {
+		int64_t rem = lin, coord[STANDIN_MAX_DIMS];
+		for (int i = (int)a->idx.ndim - 1; i >= 0; i--) {
+			coord[i] = rem % a->idx.dims[i];
+			rem /= a->idx.dims[i];
+		}
+		int64_t sl = 0;
+		for (uint64_t i = 0; i < a->src.ndim; i++) {
+			sl = sl * a->src.dims[i] + coord[i];
+		}
+		int64_t r = (int64_t)get(&a->idx, lin);
+		if (r < 0 || r >= a->out.dims[a->dim]) {
+			standin_stream_fail("index-in-range", "aclnnScatter: index out of range");
+			return;
+		}
+		coord[a->dim] = r;
+		int64_t ol = 0;
+		for (uint64_t i = 0; i < a->out.ndim; i++) {
+			ol = ol * a->out.dims[i] + coord[i];
+		}
+		set(&a->out, ol, get(&a->src, sl));
+	}
+}
+int aclnnScatterGetWorkspaceSize(const aclTensor *self, int64_t dim, const aclTensor *index, const aclTensor *src, int64_t reduce, aclTensor *out,
+				 uint64_t *ws, aclOpExecutor **ex) {
+	const char *op = "aclnnScatter";
+	TRY(need_ctx(op));
+	TRY(outs(op, ws, ex));
+	TRY(chk(op, "self", self, ALLDT));
+	TRY(chk(op, "index", index, F(DT_INT32) | F(DT_INT64)));
+	TRY(chk(op, "src", src, ALLDT));
+	TRY(chk(op, "out", out, ALLDT));
+	if (reduce < 0 || reduce > 2) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "scatter-reduce", "%s: reduce %lld (0 none, 1 add, 2 multiply)", op, (long long)reduce);
+	}
+	if (reduce != 0) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "stand-in-scatter-reduce", "%s: the stand-in implements reduce 0 only", op);
+	}
+	if (self->ndim == 0 || !norm_dim(&dim, self->ndim) || index->ndim != self->ndim || src->ndim != self->ndim) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "scatter-args", "%s: index and src must have self's rank", op);
+	}
+	for (uint64_t i = 0; i < self->ndim; i++) {
+		if (index->dims[i] > src->dims[i] || ((int64_t)i != dim && index->dims[i] > self->dims[i])) {
+			return standin_violation(ACLNN_ERR_PARAM_INVALID, "scatter-args", "%s: index dim %llu exceeds src's or self's", op, (unsigned long long)i);
+		}
+	}
+	if (!same_shape(self, out) || out->dtype != self->dtype || src->dtype != self->dtype) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "scatter-out", "%s: out and src have self's dtype, out self's shape", op);
+	}
+	scatter_args a = {*self, *index, *src, *out, dim};
+	return new_exec(op, 0, run_scatter, &a, sizeof a, ws, ex);
+}
+PHASE2(aclnnScatter)

@@ -1,0 +1,298 @@
+//go:build cgo
+
+package ascend
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/npuserve/npuserve/npu"
+)
+
+// The ops in this file read small device tensors back to the host
+// (routing ids, sequence boundaries) and then enqueue one group of
+// operators per expert or per sequence. Each read is a stream sync (the
+// device drains before the op is enqueued), which a fused kernel would not
+// need: that is their first cost.
+
+// readI32 downloads t (I32) for an op's host-side plan. A failure of the
+// work it waited for is held again for the next Sync (Download reports it
+// once) and ok is false.
+func (b *Backend) readI32(t *npu.Tensor) (v []int32, ok bool) {
+	buf := make([]byte, t.Bytes())
+	if err := b.Download(buf, t); err != nil {
+		b.do(func() { b.fail(err) })
+		return nil, false
+	}
+	v = make([]int32, t.Numel())
+	for i := range v {
+		v[i] = int32(binary.LittleEndian.Uint32(buf[4*i:]))
+	}
+	return v, true
+}
+
+// upload makes a device copy of host indices, freed at the next Sync.
+func (b *Backend) uploadI32(v []int32) *npu.Tensor {
+	t := b.alloc(npu.I32, len(v))
+	if err := b.Upload(t, npu.EncodeInt32s(v)); err != nil {
+		panic(fmt.Sprintf("ascend: upload of %d indices: %v", len(v), err))
+	}
+	return t
+}
+
+// MoE adds the routed experts to out [T, D], one expert at a time: ids
+// are read back (one sync), the assignments grouped by expert, and for each
+// expert with tokens: aclnnEmbedding gathers its tokens' rows of x,
+// MatMul by its gateUp rows (a view of gateUp, no copy; a 16-bit weight is
+// cast to F32 scratch on every call, a pass over the expert's weights),
+// SwiGLU (with the clamp when limit > 0), MatMul by its down rows, aclnnMul
+// by the routing weights (gathered by assignment), and the rows are added
+// into out (gather, aclnnAdd, aclnnInplaceIndexCopy; a token picks an
+// expert at most once, so the indices are distinct). Cost: one sync and
+// about 10 operators per active expert with their scratch; each token's
+// expert outputs are added to out in ascending expert order, where the CPU
+// backend sums them first (rounding differs at fp32 level). The grouped
+// path (aclnnMoeInitRoutingV3 + aclnnGroupedMatmulV4, ascend-api.md §4.4-
+// 4.5) is what a real NPU wants; it is not built yet.
+func (b *Backend) MoE(out, x, gateUp, down, weights, ids *npu.Tensor, limit float32) {
+	if x.Rank() != 2 || gateUp.Rank() != 3 || down.Rank() != 3 {
+		panic(fmt.Sprintf("ascend: MoE x %v gateUp %v down %v", x, gateUp, down))
+	}
+	T, D := x.Dim(0), x.Dim(1)
+	E, I := gateUp.Dim(0), gateUp.Dim(1)/2
+	if gateUp.Dim(1) != 2*I || gateUp.Dim(2) != D || down.Dim(0) != E || down.Dim(1) != D || down.Dim(2) != I {
+		panic(fmt.Sprintf("ascend: MoE gateUp %v down %v for x %v", gateUp, down, x))
+	}
+	if out.Numel() != T*D || x.DType() != npu.F32 || out.DType() != npu.F32 || weights.DType() != npu.F32 || ids.DType() != npu.I32 ||
+		weights.Numel() != ids.Numel() || (T > 0 && ids.Numel()%T != 0) {
+		panic(fmt.Sprintf("ascend: MoE out %v weights %v ids %v for x %v", out, weights, ids, x))
+	}
+	if T == 0 || ids.Numel() == 0 {
+		return
+	}
+	hostIDs, ok := b.readI32(ids)
+	if !ok {
+		return
+	}
+	toks, pos := make([][]int32, E), make([][]int32, E)
+	k := len(hostIDs) / T
+	for i, e := range hostIDs {
+		if e < 0 || int(e) >= E {
+			panic(fmt.Sprintf("ascend: MoE expert id %d out of [0, %d)", e, E))
+		}
+		toks[e] = append(toks[e], int32(i/k))
+		pos[e] = append(pos[e], int32(i))
+	}
+	for e := range E {
+		n := len(toks[e])
+		if n == 0 {
+			continue
+		}
+		ti, pi := b.uploadI32(toks[e]), b.uploadI32(pos[e])
+		xe := b.alloc(npu.F32, n, D)
+		b.Gather(xe, x, ti)
+		h := b.alloc(npu.F32, n, 2*I)
+		b.MatMul(h, xe, gateUp.Rows(e, e+1).Reshape(2*I, D))
+		a := b.alloc(npu.F32, n, I)
+		b.SwiGLU(a, h, limit)
+		y := b.alloc(npu.F32, n, D)
+		b.MatMul(y, a, down.Rows(e, e+1).Reshape(D, I))
+		we := b.alloc(npu.F32, n, 1)
+		b.Gather(we, weights.Reshape(T*k, 1), pi)
+		b.do(func() {
+			b.launch(C.NPU_OP_MUL, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+				return C.npu_mul(c.tensor(y, nil, nil), c.tensor(we, nil, nil), c.tensor(y, nil, nil), ws, ex)
+			})
+		})
+		acc := b.alloc(npu.F32, n, D)
+		b.Gather(acc, out.Reshape(T, D), ti)
+		b.Add(acc, acc, y)
+		b.Scatter(out.Reshape(T, D), acc, ti)
+	}
+}
+
+// Conv1d is the depthwise causal convolution over each sequence's rows
+// (prefill), per sequence: QueryStart and StateSlot are read back (one
+// sync), then for sequence b with L rows the window buffer u = [its W-1
+// state rows; its L rows of x] is built in scratch (two aclnnInplaceCopy),
+// out's rows are aclnnMul of the overlapping view u[t+i, c] ([L, W, C],
+// strides {C, C, 1}, no copy) by w viewed [W, C] and aclnnReduceSum over
+// the taps, and the state slot gets u's last W-1 rows (aclnnInplaceCopy);
+// one aclnnSilu over out follows. Cost: one sync, 5 operators per sequence
+// and a scratch product of L*W*C (about 2W passes over x's size).
+func (b *Backend) Conv1d(out, x, state, w *npu.Tensor, seqs *npu.SeqLayout, silu bool) {
+	if x.Rank() != 2 || w.Rank() != 2 || state.Rank() != 3 || x.DType() != npu.F32 || out.DType() != npu.F32 || state.DType() != npu.F32 {
+		panic(fmt.Sprintf("ascend: Conv1d wants x [T, C], w [C, W], state [slots, W-1, C] (F32); got %v %v %v", x, w, state))
+	}
+	T, C, W := x.Dim(0), x.Dim(1), w.Dim(1)
+	H, S := W-1, state.Dim(0)
+	if w.Dim(0) != C || W < 1 || state.Dim(1) != H || state.Dim(2) != C || !npu.SameShape(out.Shape(), x.Shape()) {
+		panic(fmt.Sprintf("ascend: Conv1d shapes out %v, x %v, w %v, state %v disagree", out, x, w, state))
+	}
+	if seqs == nil || seqs.QueryStart == nil || seqs.StateSlot == nil || seqs.QueryStart.Numel() < seqs.NumSeqs+1 || seqs.StateSlot.Numel() < seqs.NumSeqs {
+		panic(fmt.Sprintf("ascend: Conv1d needs QueryStart and StateSlot for x %v", x))
+	}
+	B := seqs.NumSeqs
+	if B == 0 || T*C == 0 {
+		return
+	}
+	qs, ok := b.readI32(seqs.QueryStart.Reshape(-1).Rows(0, B+1))
+	if !ok {
+		return
+	}
+	slots, ok := b.readI32(seqs.StateSlot.Reshape(-1).Rows(0, B))
+	if !ok {
+		return
+	}
+	if int(qs[0]) != 0 || int(qs[B]) != T {
+		panic(fmt.Sprintf("ascend: Conv1d QueryStart %v does not cover x %v", qs, x))
+	}
+	for i, s := range slots {
+		if s < 0 || int(s) >= S || qs[i+1] < qs[i] {
+			panic(fmt.Sprintf("ascend: Conv1d sequence %d: slot %d of %d, rows [%d, %d)", i, s, S, qs[i], qs[i+1]))
+		}
+	}
+	b.do(func() {
+		wf := b.asF32(w)
+		for i := range B {
+			t0, L, slot := int(qs[i]), int(qs[i+1]-qs[i]), int(slots[i])
+			if L == 0 {
+				continue
+			}
+			u := b.scratch(npu.F32, H+L, C)
+			if H > 0 {
+				b.launch(C.NPU_OP_INPLACE_COPY, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+					return C.npu_inplace_copy(c.view(u, 0, []int{H * C}, nil), c.view(state, slot*H*C, []int{H * C}, nil), ws, ex)
+				})
+			}
+			b.launch(C.NPU_OP_INPLACE_COPY, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+				return C.npu_inplace_copy(c.view(u, H*C, []int{L * C}, nil), c.view(x, t0*C, []int{L * C}, nil), ws, ex)
+			})
+			prod := b.scratch(npu.F32, L, W, C)
+			b.launch(C.NPU_OP_MUL, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+				return C.npu_mul(c.tensor(u, []int{L, W, C}, []int{C, C, 1}), c.tensor(wf, []int{W, C}, []int{1, W}), c.tensor(prod, nil, nil), ws, ex)
+			})
+			b.launch(C.NPU_OP_REDUCE_SUM, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+				return C.npu_reduce_sum(c.tensor(prod, nil, nil), c.ints(1), 0, aclDType(npu.F32), c.view(out, t0*C, []int{L, C}, nil), ws, ex)
+			})
+			if H > 0 {
+				b.launch(C.NPU_OP_INPLACE_COPY, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+					return C.npu_inplace_copy(c.view(state, slot*H*C, []int{H * C}, nil), c.view(u, L*C, []int{H * C}, nil), ws, ex)
+				})
+			}
+		}
+		if silu {
+			b.launch(C.NPU_OP_SILU, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+				return C.npu_silu(c.tensor(out, flat(out), nil), c.tensor(out, flat(out), nil), ws, ex)
+			})
+		}
+	})
+}
+
+// KDA runs Kimi Delta Attention by its token recurrence, composed (no
+// stock CANN operator has KDA's per-channel decay, ascend-api.md §4.8):
+// once for the batch, q and k are l2-normalised (aclnnRmsNorm with eps/K
+// on strided views of qkv, then aclnnMuls by K^-0.5 for k and K^-1 for q,
+// which folds q's K^-0.5 scale) and the decays exp(g) taken (aclnnExp);
+// QueryStart and StateSlot are read back (one sync); then per token, on
+// the state slot in place, S = diag(exp(g_t)) S (aclnnMul), kᵀS
+// (aclnnBatchMatMul over heads), δ = β_t (v_t − kᵀS) (aclnnAdd with alpha
+// −1, aclnnMul), S += k δᵀ (aclnnBatchMatMul into scratch, aclnnAdd) and
+// o_t = qᵀS (aclnnBatchMatMul into out). Cost: one sync, 7 operators per
+// token and about 4 passes over the H*K*V state per token: correct, and
+// far too slow for long prefills. chunk > 0 is accepted and runs the same
+// recurrence (the chunked form is equal to it up to rounding); a chunked
+// composition (or an AscendC kernel) is what a real NPU needs.
+func (b *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout, heads, headDim, chunk int) {
+	H, K := heads, headDim
+	V := K
+	if H <= 0 || K <= 0 || chunk < 0 || seqs == nil || seqs.QueryStart == nil || seqs.StateSlot == nil {
+		panic(fmt.Sprintf("ascend: KDA heads %d, head dim %d, chunk %d, layout %v", H, K, chunk, seqs))
+	}
+	T, B, HK := seqs.NumRows, seqs.NumSeqs, H*K
+	switch {
+	case qkv.Numel() != T*3*HK || qkv.RowSize() != 3*HK || qkv.DType() != npu.F32:
+		panic(fmt.Sprintf("ascend: KDA qkv %v, want F32 [%d, %d]", qkv, T, 3*HK))
+	case g.Numel() != T*HK || g.DType() != npu.F32:
+		panic(fmt.Sprintf("ascend: KDA g %v, want [%d, %d]", g, T, HK))
+	case beta.Numel() != T*H || beta.DType() != npu.F32:
+		panic(fmt.Sprintf("ascend: KDA beta %v, want [%d, %d]", beta, T, H))
+	case out.Numel() != T*H*V || out.DType() != npu.F32:
+		panic(fmt.Sprintf("ascend: KDA out %v, want [%d, %d]", out, T, H*V))
+	case state.Rank() < 1 || state.RowSize() != H*K*V || state.DType() != npu.F32:
+		panic(fmt.Sprintf("ascend: KDA state %v, want [slots, %d, %d, %d]", state, H, K, V))
+	}
+	if T == 0 || B == 0 {
+		return
+	}
+	qs, ok := b.readI32(seqs.QueryStart.Reshape(-1).Rows(0, B+1))
+	if !ok {
+		return
+	}
+	slots, ok := b.readI32(seqs.StateSlot.Reshape(-1).Rows(0, B))
+	if !ok {
+		return
+	}
+	if int(qs[0]) != 0 || int(qs[B]) != T {
+		panic(fmt.Sprintf("ascend: KDA QueryStart %v does not cover %d rows", qs, T))
+	}
+	for i, s := range slots {
+		if s < 0 || int(s) >= state.Dim(0) || qs[i+1] < qs[i] {
+			panic(fmt.Sprintf("ascend: KDA sequence %d: slot %d of %d, rows [%d, %d)", i, s, state.Dim(0), qs[i], qs[i+1]))
+		}
+	}
+	b.do(func() {
+		qn, kn, eg := b.scratch(npu.F32, T, HK), b.scratch(npu.F32, T, HK), b.scratch(npu.F32, T, HK)
+		gamma, rstd := b.unitGamma(K), b.scratch(npu.F32, T*H, 1)
+		for i, dst := range []*npu.Tensor{qn, kn} {
+			scale := float32(1 / math.Sqrt(float64(K)))
+			if i == 0 {
+				scale = 1 / float32(K) // l2 norm's 1/sqrt(K) and q's K^-0.5
+			}
+			b.launch(C.NPU_OP_RMS_NORM, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+				return C.npu_rms_norm(c.view(qkv, i*HK, []int{T, H, K}, []int{3 * HK, K, 1}), c.tensor(gamma, nil, nil), C.double(1e-6/float64(K)),
+					c.tensor(dst, []int{T, H, K}, nil), c.tensor(rstd, []int{T, H, 1}, nil), ws, ex)
+			})
+			b.launch(C.NPU_OP_MULS, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+				return C.npu_muls(c.tensor(dst, flat(dst), nil), c.scalar(scale), c.tensor(dst, flat(dst), nil), ws, ex)
+			})
+		}
+		b.launch(C.NPU_OP_EXP, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+			return C.npu_exp(c.tensor(g, flat(g), nil), c.tensor(eg, flat(eg), nil), ws, ex)
+		})
+		kS, delta, outer := b.scratch(npu.F32, H, 1, V), b.scratch(npu.F32, H, 1, V), b.scratch(npu.F32, H, K, V)
+		sv := []int{H, K, V}
+		for i := range B {
+			so := int(slots[i]) * H * K * V
+			for t := int(qs[i]); t < int(qs[i+1]); t++ {
+				b.launch(C.NPU_OP_MUL, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+					return C.npu_mul(c.view(state, so, sv, nil), c.view(eg, t*HK, []int{H, K, 1}, nil), c.view(state, so, sv, nil), ws, ex)
+				})
+				b.launch(C.NPU_OP_BATCH_MATMUL, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+					return C.npu_batch_matmul(c.view(kn, t*HK, []int{H, 1, K}, nil), c.view(state, so, sv, nil), c.tensor(kS, nil, nil), 0, ws, ex)
+				})
+				b.launch(C.NPU_OP_ADD, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+					return C.npu_add(c.view(qkv, t*3*HK+2*HK, []int{H, 1, V}, nil), c.tensor(kS, nil, nil), c.scalar(-1), c.tensor(delta, nil, nil), ws, ex)
+				})
+				b.launch(C.NPU_OP_MUL, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+					return C.npu_mul(c.tensor(delta, nil, nil), c.view(beta, t*H, []int{H, 1, 1}, nil), c.tensor(delta, nil, nil), ws, ex)
+				})
+				b.launch(C.NPU_OP_BATCH_MATMUL, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+					return C.npu_batch_matmul(c.view(kn, t*HK, []int{H, K, 1}, nil), c.tensor(delta, nil, nil), c.tensor(outer, nil, nil), 0, ws, ex)
+				})
+				b.launch(C.NPU_OP_ADD, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+					return C.npu_add(c.view(state, so, sv, nil), c.tensor(outer, nil, nil), c.scalar(1), c.view(state, so, sv, nil), ws, ex)
+				})
+				b.launch(C.NPU_OP_BATCH_MATMUL, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+					return C.npu_batch_matmul(c.view(qn, t*HK, []int{H, 1, K}, nil), c.view(state, so, sv, nil), c.view(out, t*H*V, []int{H, 1, V}, nil), 0, ws, ex)
+				})
+			}
+		}
+	})
+}
