@@ -38,20 +38,39 @@ const cpuCacheCap = int64(4) << 30
 // once).
 const shutdownGrace = 30 * time.Second
 
+// The serve command's help line and arguments.
+const (
+	serveUsage     = "serve a model with an OpenAI-compatible HTTP API (vllm serve's flags)"
+	serveArgsUsage = "MODEL_DIR [flags]"
+)
+
+// serveCommand is `npuserve serve`. urfave/cli only dispatches it: the
+// arguments are vLLM's command line, parsed by serveArgs with the engine
+// flags of engine/config, and -h/--help prints their help.
 func serveCommand() *cli.Command {
+	var help strings.Builder
+	writeEngineFlagsHelp(&help, "serve", serveUsage, serveArgsUsage)
 	return &cli.Command{
-		Name:      "serve",
-		Usage:     "serve a model with an OpenAI-compatible HTTP API (vllm serve's flags)",
-		ArgsUsage: "MODEL_DIR [flags]",
-		Flags:     config.Flags(),
-		Action:    runServe,
+		Name:               "serve",
+		Usage:              serveUsage,
+		ArgsUsage:          serveArgsUsage,
+		SkipFlagParsing:    true,
+		HideHelp:           true,
+		CustomHelpTemplate: helpTemplate(help.String()), // npuserve help serve
+		Action:             runServe,
 	}
 }
 
 func runServe(c *cli.Context) error {
-	args, err := config.FromCLI(c)
+	args, help, err := serveArgs(c.Args().Slice())
 	if err != nil {
 		return usageError("serve: %v", err)
+	}
+	if help {
+		if err := writeEngineFlagsHelp(c.App.Writer, "serve", serveUsage, serveArgsUsage); err != nil {
+			return runError("serve: %v", err)
+		}
+		return nil
 	}
 	if args.Device == "auto" {
 		// Resolve auto first: the plan depends on the backend.

@@ -12,15 +12,15 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-
-	"github.com/urfave/cli/v2"
 )
 
 // EngineArgs is the `npuserve serve` command line: the `vllm serve` flags
 // that GLM-5.3-Flash launch scripts use, with vLLM's names, spellings and
 // meanings, plus npuserve's own (--config, --dry-run, --device-memory,
-// --device, --threads). Build it with FromCLI: defaults < settings file
-// (--config) < explicit flags, every value validated.
+// --device, --threads). Build makes it from flag assignments (the command
+// line parser is cmd/npuserve's; FlagTable and LookupFlag describe the
+// flags to it): defaults < settings file (--config) < explicit flags,
+// every value validated.
 //
 // Zero values of the "unset" fields are resolved against config.json by
 // BuildPlan (see the field comments).
@@ -529,39 +529,6 @@ func specByName(name string) (*flagSpec, bool) {
 	return nil, false
 }
 
-// Flags returns the serve command's flags, to register on a cli.Command.
-// Call it once per cli.App: list-valued flags keep their values in the
-// returned flags. Every value is taken as a string and validated by
-// FromCLI, so errors name the flag the way vLLM users expect.
-func Flags() []cli.Flag {
-	var out []cli.Flag
-	for _, s := range flagTable {
-		switch s.kind {
-		case kindBool:
-			out = append(out, &cli.BoolFlag{Name: s.name, Aliases: s.aliases, Usage: s.usage})
-			if s.negate {
-				out = append(out, &cli.BoolFlag{Name: "no-" + s.name, Usage: "turn off --" + s.name})
-			}
-		case kindList:
-			out = append(out, &cli.GenericFlag{Name: s.name, Aliases: s.aliases, Usage: s.usage + " (repeatable)", Value: &listValue{}})
-		default:
-			out = append(out, &cli.StringFlag{Name: s.name, Aliases: s.aliases, Usage: s.usage, DefaultText: s.defText})
-		}
-	}
-	return out
-}
-
-// listValue is a repeatable string flag that does not split on commas.
-type listValue struct{ v []string }
-
-func (l *listValue) Set(s string) error { l.v = append(l.v, s); return nil }
-func (l *listValue) String() string {
-	if l == nil {
-		return ""
-	}
-	return strings.Join(l.v, " ")
-}
-
 // Assignment is one flag occurrence on a command line, as a parser saw it.
 type Assignment struct {
 	// Flag is the flag as written, with its dashes: "--port", "-tp",
@@ -653,149 +620,6 @@ type assignment struct {
 	on     bool // kindBool
 	source string
 }
-
-// FromCLI builds EngineArgs from a parsed cli.Context of a command that
-// registered Flags(): defaults < the --config settings file < explicit
-// flags. The model is the first positional argument (or --model).
-//
-// Flags after the positional MODEL (`serve MODEL --port 8000 ...`, the way
-// vLLM scripts are written) stop urfave/cli's parsing; FromCLI parses
-// those remaining arguments itself with the same flag table and vLLM's
-// rules: --flag value, --flag=value, --no-flag, nargs="+" for
-// --served-model-name, underscores for dashes, "--" ends the flags. Later
-// occurrences win.
-//
-// Before MODEL urfave/cli parses: long names with dashes and the short
-// aliases, one value per --served-model-name (repeat the flag for more),
-// and "--x --no-x" resolve to --no-x. A command that wants vLLM's rules
-// everywhere can set SkipFlagParsing and call ParseArgs(c.Args().Slice()).
-//
-// Every error names the flag (or settings key) and the bad value.
-func FromCLI(c *cli.Context) (*EngineArgs, error) {
-	var as []Assignment
-	set := map[string]bool{}
-	for _, cc := range c.Lineage() {
-		if cc == nil {
-			continue
-		}
-		for _, n := range cc.LocalFlagNames() {
-			set[n] = true
-		}
-	}
-	for i := range flagTable {
-		s := &flagTable[i]
-		names := append([]string{s.name}, s.aliases...)
-		for _, n := range names {
-			if !set[n] {
-				continue
-			}
-			dash := "--"
-			if n != s.name {
-				dash = "-"
-			}
-			a := Assignment{Flag: dash + n}
-			switch s.kind {
-			case kindBool:
-				a.Bool = c.Bool(n)
-			case kindList:
-				if lv, ok := c.Generic(n).(*listValue); ok && lv != nil {
-					a.List = lv.v
-				}
-			default:
-				a.Value = c.String(n)
-			}
-			as = append(as, a)
-		}
-		if s.negate && set["no-"+s.name] {
-			as = append(as, Assignment{Flag: "--no-" + s.name, Bool: c.Bool("no-" + s.name)})
-		}
-	}
-	rest, positional, err := parseArgs(c.Args().Slice())
-	if err != nil {
-		return nil, err
-	}
-	return Build(append(as, rest...), positional)
-}
-
-// ParseArgs builds EngineArgs from raw `serve` arguments (what follows
-// `npuserve serve`), for callers that do not use urfave/cli's parser
-// (e.g. a command with SkipFlagParsing). Same rules as FromCLI.
-func ParseArgs(args []string) (*EngineArgs, error) {
-	as, positional, err := parseArgs(args)
-	if err != nil {
-		return nil, err
-	}
-	return Build(as, positional)
-}
-
-// parseArgs parses arguments with vLLM's argparse rules into assignments
-// and positional arguments; it reads the flag table only through
-// LookupFlag.
-func parseArgs(args []string) ([]Assignment, []string, error) {
-	var as []Assignment
-	var positional []string
-	for i := 0; i < len(args); i++ {
-		tok := args[i]
-		if tok == "--" {
-			positional = append(positional, args[i+1:]...)
-			break
-		}
-		if len(tok) < 2 || tok[0] != '-' || isNegativeNumber(tok) {
-			positional = append(positional, tok)
-			continue
-		}
-		name, value, hasValue := strings.Cut(tok, "=")
-		info, _, ok := LookupFlag(name)
-		if !ok {
-			return nil, nil, fmt.Errorf("unknown flag %s", name)
-		}
-		a := Assignment{Flag: name}
-		switch info.Kind {
-		case FlagBool:
-			a.Bool = true
-			if hasValue {
-				b, err := strconv.ParseBool(value)
-				if err != nil {
-					return nil, nil, fmt.Errorf("%s: want true or false, got %q", name, value)
-				}
-				a.Bool = b
-			}
-		case FlagList:
-			if hasValue {
-				a.List = []string{value}
-				break
-			}
-			for i+1 < len(args) && !looksLikeFlag(args[i+1]) {
-				i++
-				a.List = append(a.List, args[i])
-			}
-			if len(a.List) == 0 {
-				return nil, nil, fmt.Errorf("%s: expected at least one value", name)
-			}
-		default:
-			if !hasValue {
-				if i+1 >= len(args) {
-					return nil, nil, fmt.Errorf("%s: expected a value", name)
-				}
-				i++
-				value = args[i]
-			}
-			a.Value = value
-		}
-		as = append(as, a)
-	}
-	return as, positional, nil
-}
-
-// looksLikeFlag is argparse's test for an option string (negative numbers
-// are values).
-func looksLikeFlag(s string) bool {
-	return len(s) > 1 && s[0] == '-' && !isNegativeNumber(s)
-}
-
-var negativeNumber = regexp.MustCompile(`^-\d+$|^-\d*\.\d+$`)
-
-func isNegativeNumber(s string) bool { return negativeNumber.MatchString(s) }
 
 // Build makes EngineArgs from flag assignments, in command-line order,
 // and the positional arguments (at most one: MODEL): defaults < the

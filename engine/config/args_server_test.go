@@ -10,8 +10,8 @@ import (
 // TestServerFlags covers the OpenAI-server flags vLLM users pass through to
 // the HTTP layer.
 func TestServerFlags(t *testing.T) {
-	a, err := ParseArgs([]string{"model", "--max-logprobs", "5", "--trust-request-chat-template",
-		"--enable-prompt-tokens-details", "--enable-force-include-usage", "--return-tokens-as-token-ids"})
+	a, err := runServe(t, "model", "--max-logprobs", "5", "--trust-request-chat-template",
+		"--enable-prompt-tokens-details", "--enable-force-include-usage", "--return-tokens-as-token-ids")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func TestServerFlags(t *testing.T) {
 	if r := reasons["--enable-prompt-tokens-details"]; !strings.Contains(r, "prefix caching is not implemented") {
 		t.Errorf("--enable-prompt-tokens-details reason %q, want it to say prefix caching is not implemented", r)
 	}
-	if _, err := ParseArgs([]string{"model", "--max-logprobs", "x"}); err == nil {
+	if _, err := runServe(t, "model", "--max-logprobs", "x"); err == nil {
 		t.Fatal("--max-logprobs x accepted")
 	}
 }
@@ -37,7 +37,7 @@ func TestServerFlags(t *testing.T) {
 // caps: defaults, values, bad values, the settings file, and that a
 // headless node lists them as without effect.
 func TestHTTPLimitFlags(t *testing.T) {
-	d, err := ParseArgs([]string{"model"})
+	d, err := runServe(t, "model")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,10 +46,10 @@ func TestHTTPLimitFlags(t *testing.T) {
 		d.H11MaxIncompleteEventSize != 4194304 || d.H11MaxHeaderCount != 256 {
 		t.Errorf("defaults %+v", d)
 	}
-	a, err := ParseArgs([]string{"model", "--allowed-origins", `["https://a.example", "https://b.example"]`, "--allowed-methods", `["GET","POST"]`,
+	a, err := runServe(t, "model", "--allowed-origins", `["https://a.example", "https://b.example"]`, "--allowed-methods", `["GET","POST"]`,
 		"--allowed-headers", `["Authorization"]`, "--allow-credentials", "--timeout-keep-alive", "2.5", "--timeout-read", "10",
 		"--timeout-write", "7", "--limit-concurrency", "300", "--max-request-body-bytes", "1M", "--max-prompt-chars", "20k",
-		"--max-num-queued-reqs", "8", "--h11-max-incomplete-event-size", "65536", "--h11-max-header-count", "32"})
+		"--max-num-queued-reqs", "8", "--h11-max-incomplete-event-size", "65536", "--h11-max-header-count", "32")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestHTTPLimitFlags(t *testing.T) {
 		a.H11MaxHeaderCount != 32 {
 		t.Errorf("flags not applied: %+v", a)
 	}
-	if a, err := ParseArgs([]string{"model", "--max-num-queued-reqs", "None", "--max-prompt-chars", "auto"}); err != nil || a.MaxNumQueuedReqs != -1 || a.MaxPromptChars != 0 {
+	if a, err := runServe(t, "model", "--max-num-queued-reqs", "None", "--max-prompt-chars", "auto"); err != nil || a.MaxNumQueuedReqs != -1 || a.MaxPromptChars != 0 {
 		t.Errorf("None/auto: %v %+v", err, a)
 	}
 	for _, bad := range [][]string{
@@ -67,7 +67,7 @@ func TestHTTPLimitFlags(t *testing.T) {
 		{"--timeout-write", "soon"}, {"--limit-concurrency", "0"}, {"--max-request-body-bytes", "10"}, {"--max-prompt-chars", "-5"},
 		{"--max-num-queued-reqs", "-2"}, {"--h11-max-header-count", "0"},
 	} {
-		if _, err := ParseArgs(append([]string{"model"}, bad...)); err == nil || !strings.Contains(err.Error(), bad[0]) {
+		if _, err := runServe(t, append([]string{"model"}, bad...)...); err == nil || !strings.Contains(err.Error(), bad[0]) {
 			t.Errorf("%q: error %v, want one naming the flag", bad, err)
 		}
 	}
@@ -76,12 +76,12 @@ func TestHTTPLimitFlags(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(`{"allowed_origins": ["https://c.example"], "limit_concurrency": 99, "timeout_keep_alive": 3}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, err := ParseArgs([]string{"model", "--config", cfg})
+	s, err := runServe(t, "model", "--config", cfg)
 	if err != nil || len(s.AllowedOrigins) != 1 || s.AllowedOrigins[0] != "https://c.example" || s.LimitConcurrency != 99 || s.TimeoutKeepAlive != 3 {
 		t.Errorf("settings file: %v %+v", err, s)
 	}
-	h, err := ParseArgs([]string{"model", "--headless", "--data-parallel-size", "2", "--data-parallel-start-rank", "1",
-		"--data-parallel-address", "10.0.0.1", "--limit-concurrency", "10", "--allowed-origins", `["x"]`})
+	h, err := runServe(t, "model", "--headless", "--data-parallel-size", "2", "--data-parallel-start-rank", "1",
+		"--data-parallel-address", "10.0.0.1", "--limit-concurrency", "10", "--allowed-origins", `["x"]`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestHTTPLimitFlags(t *testing.T) {
 	if got := withoutEffectFlags(a, "cpu"); len(got) != 0 {
 		t.Errorf("the HTTP limits have an effect on a head: %q", got)
 	}
-	k, _ := ParseArgs([]string{"model", "--skip-tokenizer-init", "--max-prompt-chars", "100"})
+	k, _ := runServe(t, "model", "--skip-tokenizer-init", "--max-prompt-chars", "100")
 	if got := withoutEffectFlags(k, "cpu"); strings.Join(got, " ") != "--max-prompt-chars" {
 		t.Errorf("--skip-tokenizer-init AcceptedWithoutEffect = %q", got)
 	}

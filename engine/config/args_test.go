@@ -2,46 +2,70 @@ package config
 
 import (
 	"bufio"
-	"io"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/urfave/cli/v2"
 )
 
-// runServe runs `npuserve serve ARGS...` through a cli.App whose serve
-// command registers Flags() and calls FromCLI, as the server will.
-func runServe(t *testing.T, args ...string) (*EngineArgs, error) {
+// runServe builds EngineArgs from `serve`-style words through Build, the
+// way every command line reaches engine/config. The words are a test
+// shorthand, not a command line parser (that is cmd/npuserve's, tested
+// there with vLLM's rules): a word starting with "-" is a flag as
+// written; a bool flag takes no value or =true/=false; a value or list
+// flag takes =VALUE or the next word (a list flag one word: repeat it, or
+// call Build); other words are positional.
+func runServe(t *testing.T, words ...string) (*EngineArgs, error) {
 	t.Helper()
-	var got *EngineArgs
-	var gotErr error
-	app := &cli.App{
-		Name: "npuserve", Writer: io.Discard, ErrWriter: io.Discard,
-		Commands: []*cli.Command{{
-			Name: "serve", Flags: Flags(),
-			Action: func(c *cli.Context) error {
-				got, gotErr = FromCLI(c)
-				return nil
-			},
-		}},
-		ExitErrHandler: func(*cli.Context, error) {},
+	var as []Assignment
+	var positional []string
+	for i := 0; i < len(words); i++ {
+		w := words[i]
+		if len(w) < 2 || w[0] != '-' {
+			positional = append(positional, w)
+			continue
+		}
+		name, value, hasValue := strings.Cut(w, "=")
+		x := Assignment{Flag: name}
+		info, _, ok := LookupFlag(name)
+		switch {
+		case !ok: // Build reports it
+		case info.Kind == FlagBool:
+			x.Bool = true
+			if hasValue {
+				b, err := strconv.ParseBool(value)
+				if err != nil {
+					t.Fatalf("test words: %s wants =true or =false", w)
+				}
+				x.Bool = b
+			}
+		default:
+			if !hasValue {
+				if i+1 == len(words) {
+					t.Fatalf("test words: %s has no value", w)
+				}
+				i++
+				value = words[i]
+			}
+			x.Value = value
+			if info.Kind == FlagList {
+				x.Value, x.List = "", []string{value}
+			}
+		}
+		as = append(as, x)
 	}
-	if err := app.Run(append([]string{"npuserve", "serve"}, args...)); err != nil {
-		return nil, err
-	}
-	return got, gotErr
+	return Build(as, positional)
 }
 
 // mustServe is runServe that fails the test on error.
-func mustServe(t *testing.T, args ...string) *EngineArgs {
+func mustServe(t *testing.T, words ...string) *EngineArgs {
 	t.Helper()
-	a, err := runServe(t, args...)
+	a, err := runServe(t, words...)
 	if err != nil {
-		t.Fatalf("serve %q: %v", args, err)
+		t.Fatalf("serve %q: %v", words, err)
 	}
 	return a
 }
@@ -156,89 +180,6 @@ func shellSplit(t *testing.T, s string, vars map[string]string) []string {
 	return words
 }
 
-// TestSeedScripts parses every vllm command of the seed launch scripts,
-// only the binary name changed.
-func TestSeedScripts(t *testing.T) {
-	cases := []struct {
-		file  string
-		check func(t *testing.T, a *EngineArgs)
-	}{
-		{"950dt-tp8-mxfp8.sh", func(t *testing.T, a *EngineArgs) {
-			want(t, "Model", a.Model, "Eco-Tech/GLM-5.3-Flash-w8a8-mxfp8")
-			want(t, "Host", a.Host, "0.0.0.0")
-			want(t, "Port", a.Port, 8000)
-			want(t, "DP", a.DataParallelSize, 1)
-			want(t, "TP", a.TensorParallelSize, 8)
-			want(t, "EP", a.EnableExpertParallel, true)
-			want(t, "Seed", a.Seed, int64(1024))
-			want(t, "Quantization", a.Quantization, "ascend")
-			want(t, "Device", a.Device, "ascend")
-			want(t, "ServedModelName", a.ServedModelName, []string{"glm"})
-			want(t, "MaxNumSeqs", a.MaxNumSeqs, 32)
-			want(t, "MaxModelLen", a.MaxModelLen, 132096)
-			want(t, "MaxNumBatchedTokens", a.MaxNumBatchedTokens, 8192)
-			want(t, "TrustRemoteCode", a.TrustRemoteCode, true)
-			want(t, "GPUMemoryUtilization", a.GPUMemoryUtilization, 0.9)
-			want(t, "LimitMMPerPrompt", string(a.LimitMMPerPrompt), `{"image":1,"video":0}`)
-			want(t, "CompilationConfig", string(a.CompilationConfig), `{"cudagraph_mode":"FULL_DECODE_ONLY","cudagraph_capture_sizes":[1,2,4,8,16,32,64,96,128]}`)
-			want(t, "SpeculativeConfig", string(a.SpeculativeConfig), `{"num_speculative_tokens":3,"method":"deepseek_mtp","enforce_eager":true}`)
-		}},
-		{"a3-tp16.sh", func(t *testing.T, a *EngineArgs) {
-			want(t, "Model", a.Model, "Eco-Tech/GLM-5.3-Flash-w8a8")
-			want(t, "TP", a.TensorParallelSize, 16)
-			want(t, "MaxModelLen", a.MaxModelLen, 133120)
-			want(t, "SafetensorsLoadStrategy", a.SafetensorsLoadStrategy, "prefetch")
-			want(t, "GPUMemoryUtilization", a.GPUMemoryUtilization, 0.85)
-			want(t, "APIServerCount", a.APIServerCount, 1)
-			want(t, "Source(api-server-count)", a.Source("api-server-count"), "flag")
-		}},
-		{"a2-dp2-tp8-node0.sh", func(t *testing.T, a *EngineArgs) {
-			want(t, "Model", a.Model, "/path/to/GLM-5.3-Flash-w8a8")
-			want(t, "DP", a.DataParallelSize, 2)
-			want(t, "DPLocal", a.DataParallelSizeLocal, 1)
-			want(t, "DPStart", a.DataParallelStartRank, 0)
-			want(t, "DPAddress", a.DataParallelAddress, "xx.xx.xx.1")
-			want(t, "DPRPCPort", a.DataParallelRPCPort, 12321)
-			want(t, "TP", a.TensorParallelSize, 8)
-			want(t, "Headless", a.Headless, false)
-			want(t, "LimitMMPerPrompt", string(a.LimitMMPerPrompt), `{"image":1,"video":0}`)
-		}},
-		{"a2-dp2-tp8-node1.sh", func(t *testing.T, a *EngineArgs) {
-			want(t, "Headless", a.Headless, true)
-			want(t, "DPStart", a.DataParallelStartRank, 1)
-			want(t, "DPAddress", a.DataParallelAddress, "xx.xx.xx.1")
-			want(t, "APIServerCount given", a.Given("api-server-count"), false)
-		}},
-		{"blog-vllm-style.sh", func(t *testing.T, a *EngineArgs) {
-			want(t, "Model", a.Model, "/models/GLM-5.3-Flash")
-			want(t, "ServedModelName", a.ServedModelName, []string{"glm-5.3-flash"})
-			want(t, "TP", a.TensorParallelSize, 8)
-			want(t, "MaxModelLen", a.MaxModelLen, 1048576)
-			want(t, "KVCacheDtype", a.KVCacheDtype, "auto")
-		}},
-		{"faq-tools.sh", func(t *testing.T, a *EngineArgs) {
-			want(t, "ToolCallParser", a.ToolCallParser, "glm47")
-			want(t, "ReasoningParser", a.ReasoningParser, "glm45")
-			want(t, "EnableAutoToolChoice", a.EnableAutoToolChoice, true)
-		}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.file, func(t *testing.T) {
-			args := scriptArgs(t, filepath.Join("testdata", "serve", tc.file))
-			a := mustServe(t, args...)
-			tc.check(t, a)
-			// The same words through ParseArgs (no urfave parsing).
-			b, err := ParseArgs(args)
-			if err != nil {
-				t.Fatalf("ParseArgs: %v", err)
-			}
-			if !reflect.DeepEqual(a, b) {
-				t.Fatalf("FromCLI and ParseArgs differ:\n%+v\n%+v", a, b)
-			}
-		})
-	}
-}
-
 func want[T any](t *testing.T, what string, got, exp T) {
 	t.Helper()
 	if !reflect.DeepEqual(got, exp) {
@@ -246,71 +187,20 @@ func want[T any](t *testing.T, what string, got, exp T) {
 	}
 }
 
-// TestFlagForms covers the spellings vLLM accepts.
-func TestFlagForms(t *testing.T) {
+// TestFlagValues: defaults, values that imply others and values stored
+// normalized. (The spellings vLLM accepts are cmd/npuserve's parser's,
+// tested there.)
+func TestFlagValues(t *testing.T) {
 	cases := []struct {
 		name  string
 		args  []string
 		check func(t *testing.T, a *EngineArgs)
 	}{
-		{"space and equals", []string{"m", "--port", "9000", "--host=127.0.0.1"}, func(t *testing.T, a *EngineArgs) {
-			want(t, "Port", a.Port, 9000)
-			want(t, "Host", a.Host, "127.0.0.1")
-		}},
-		{"flags before the model", []string{"--port=9001", "--tensor-parallel-size", "2", "--enforce-eager", "m"}, func(t *testing.T, a *EngineArgs) {
-			want(t, "Model", a.Model, "m")
-			want(t, "Port", a.Port, 9001)
-			want(t, "TP", a.TensorParallelSize, 2)
-			want(t, "EnforceEager", a.EnforceEager, true)
-		}},
-		{"short aliases", []string{"-tp", "4", "-dp=2", "-ep", "-q", "fp8", "m"}, func(t *testing.T, a *EngineArgs) {
-			want(t, "TP", a.TensorParallelSize, 4)
-			want(t, "DP", a.DataParallelSize, 2)
-			want(t, "EP", a.EnableExpertParallel, true)
-			want(t, "Quantization", a.Quantization, "fp8")
-		}},
-		{"short aliases after the model", []string{"m", "-tp", "4", "-dpl", "1", "-dpa", "10.0.0.1"}, func(t *testing.T, a *EngineArgs) {
-			want(t, "TP", a.TensorParallelSize, 4)
-			want(t, "DPLocal", a.DataParallelSizeLocal, 1)
-			want(t, "DPAddress", a.DataParallelAddress, "10.0.0.1")
-		}},
-		{"no-enable-prefix-caching", []string{"m", "--no-enable-prefix-caching"}, func(t *testing.T, a *EngineArgs) {
-			want(t, "EnablePrefixCaching", a.EnablePrefixCaching, false)
-			want(t, "Given", a.Given("enable-prefix-caching"), true)
-		}},
-		{"no- before the model", []string{"--enable-expert-parallel", "--no-enable-expert-parallel", "m"}, func(t *testing.T, a *EngineArgs) {
-			want(t, "EP", a.EnableExpertParallel, false)
-		}},
-		{"later wins", []string{"m", "--enable-prefix-caching", "--no-enable-prefix-caching", "--port", "1", "--port", "2"}, func(t *testing.T, a *EngineArgs) {
-			want(t, "EnablePrefixCaching", a.EnablePrefixCaching, false)
-			want(t, "Port", a.Port, 2)
-		}},
-		{"bool with value", []string{"m", "--enforce-eager=false", "--trust-remote-code=true"}, func(t *testing.T, a *EngineArgs) {
-			want(t, "EnforceEager", a.EnforceEager, false)
-			want(t, "TrustRemoteCode", a.TrustRemoteCode, true)
-		}},
-		{"underscores", []string{"m", "--max_model_len", "128K", "--gpu_memory_utilization=0.5"}, func(t *testing.T, a *EngineArgs) {
-			want(t, "MaxModelLen", a.MaxModelLen, 131072)
-			want(t, "GPUMemoryUtilization", a.GPUMemoryUtilization, 0.5)
-		}},
-		{"served names nargs+", []string{"m", "--served-model-name", "glm", "glm-5.3-flash", "--port", "8001"}, func(t *testing.T, a *EngineArgs) {
-			want(t, "ServedModelName", a.ServedModelName, []string{"glm", "glm-5.3-flash"})
-			want(t, "Port", a.Port, 8001)
-		}},
-		{"served names repeated before the model", []string{"--served-model-name", "a", "--served-model-name", "b,c", "m"}, func(t *testing.T, a *EngineArgs) {
-			want(t, "ServedModelName", a.ServedModelName, []string{"a", "b,c"})
-		}},
 		{"served name default", []string{"/models/x"}, func(t *testing.T, a *EngineArgs) {
 			want(t, "ServedModelNames", a.ServedModelNames(), []string{"/models/x"})
 		}},
 		{"--model flag", []string{"--model", "/m", "--port", "1"}, func(t *testing.T, a *EngineArgs) {
 			want(t, "Model", a.Model, "/m")
-		}},
-		{"double dash", []string{"--port", "5", "--", "m"}, func(t *testing.T, a *EngineArgs) {
-			want(t, "Model", a.Model, "m")
-		}},
-		{"max-model-len -1", []string{"m", "--max-model-len", "-1"}, func(t *testing.T, a *EngineArgs) {
-			want(t, "MaxModelLen", a.MaxModelLen, -1)
 		}},
 		{"device from preset", []string{"m", "--device-memory", "atlas-800-a3"}, func(t *testing.T, a *EngineArgs) {
 			want(t, "Device", a.Device, "ascend")
@@ -413,7 +303,8 @@ func TestDeviceMemory(t *testing.T) {
 	}
 }
 
-// TestValidationErrors: bad values fail with the flag and the value named.
+// TestArgValidationErrors: bad values fail with the flag and the value
+// named (the parser's own errors are tested in cmd/npuserve).
 func TestArgValidationErrors(t *testing.T) {
 	cases := []struct {
 		args []string
@@ -452,11 +343,8 @@ func TestArgValidationErrors(t *testing.T) {
 		{[]string{"m", "--reasoning-parser", "deepseek_r1"}, `--reasoning-parser: must be one of glm45, glm47; got "deepseek_r1"`},
 		{[]string{"m", "--device", "tpu"}, `--device: must be one of auto, cpu, cpu-async, cuda, ascend; got "tpu"`},
 		{[]string{"m", "--device-memory", "lots"}, `--device-memory: want a byte size`},
-		{[]string{"m", "--served-model-name"}, "--served-model-name: expected at least one value"},
-		{[]string{"m", "--port"}, "--port: expected a value"},
 		{[]string{"m", "--frobnicate"}, "unknown flag --frobnicate"},
 		{[]string{"m", "--no-port"}, "unknown flag --no-port"},
-		{[]string{"m", "--enforce-eager=maybe"}, `--enforce-eager: want true or false, got "maybe"`},
 		{[]string{"m", "extra"}, `unexpected argument "extra"`},
 		{[]string{"--model", "a", "b"}, `unexpected argument "b": the model is already given by --model`},
 		{[]string{"--port", "8000"}, "no model"},

@@ -355,7 +355,7 @@ func TestPlanImpliedAscendOnCPU(t *testing.T) {
 	cases := []struct {
 		name    string
 		args    []string
-		before  string // the backend FromCLI resolves
+		before  string // the backend Build resolves
 		warning string // RunImpliedAscendOnCPU's, "" for none
 		source  string // the plan's backend_source after it
 	}{
