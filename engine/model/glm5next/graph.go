@@ -92,7 +92,9 @@ var ErrNoGraphs = errors.New("graphs are not available")
 
 // CaptureDecodeGraphs captures the decode step of cache c at each size of
 // opt (replacing graphs captured before) and makes Forward replay them for
-// the decode steps they cover. It fails with an error wrapping
+// the decode steps they cover. Call it before any sequence runs on c: the
+// warm-up step of each size writes the state of the first sizes' slots
+// (which every sequence clears at its first step) and the padding block. It fails with an error wrapping
 // ErrNoGraphs when the backend has no npu.GraphCapturer or the model runs
 // collectives (tensor or expert parallelism); any other failure (a
 // capture the backend refused) leaves the model without graphs.
@@ -174,6 +176,9 @@ func (m *Model) captureSize(gc npu.GraphCapturer, r *graphRunner, S int) (g *dec
 	kp, W := d.KPool, r.opt.MaxBlocks
 	nLayout := (S + 1) + 2*S + S*W
 	n := nLayout + S + S*kp + S + S*d.n
+	if S > c.StateSlots {
+		return nil, fmt.Errorf("the cache has %d state slots, fewer than the batch size", c.StateSlots)
+	}
 	g = &decodeGraph{size: S, words: make([]int32, n)}
 	// Run the step with the graphs' scratch in place of the model's.
 	m.ws, r.ws = r.ws, m.ws
@@ -251,11 +256,19 @@ func (r *graphRunner) upload(m *Model, g *decodeGraph, b *Batch) error {
 		for j := range kp {
 			poolTok[s*kp+j] = padRow + int32(j)
 		}
-		if s >= B {
+		switch {
+		case b == nil:
+			// Warm-up before any sequence runs: every slot is free (a
+			// sequence clears its slot at its first step), and S rows
+			// need S distinct slots.
+			pos[s], slot[s] = 0, int32(s)
+			row[0] = int32(r.opt.PadBlock)
+			rowSlots[s] = padRow
+		case s >= B:
 			pos[s], slot[s] = 0, int32(r.opt.PadSlot+s-B)
 			row[0] = int32(r.opt.PadBlock)
 			rowSlots[s] = padRow
-		} else {
+		default:
 			L := &b.Layout
 			p := L.Pos[s]
 			pos[s], slot[s] = int32(p), int32(L.StateSlot[s])
