@@ -7,7 +7,8 @@
 // npu.ErrCapturing, Free panics), so model code that runs under it and
 // gives the eager run's results uses graphs the way a device backend
 // needs: fixed tensors, host values frozen at capture, metadata uploaded
-// before each launch.
+// before each launch. It does not offer npu.SampleReducer (the engine's
+// sampling then downloads whole rows, which gives the same tokens).
 package graphtest
 
 import (
@@ -134,16 +135,6 @@ func (fb *Backend) PrepareQuant(w *npu.QuantWeight) {
 		return
 	}
 	fb.Backend.PrepareQuant(w)
-}
-
-// SampleReduce runs the inner backend's reduction (recorded while
-// capturing); it panics when the inner backend has none.
-func (fb *Backend) SampleReduce(vals, ids, stats, logits *npu.Tensor, k int) {
-	r, ok := fb.Backend.(npu.SampleReducer)
-	if !ok {
-		panic(fmt.Sprintf("graphtest: the %s backend has no SampleReduce", fb.Backend.Name()))
-	}
-	fb.op(func() { r.SampleReduce(vals, ids, stats, logits, k) })
 }
 
 // BeginCapture starts recording.

@@ -1,11 +1,11 @@
 package glm5next
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"time"
 
+	"github.com/npuserve/npuserve/engine/model"
 	"github.com/npuserve/npuserve/npu"
 )
 
@@ -27,46 +27,18 @@ import (
 // that the pool count is the same at every replay. The real pools, and so
 // the tokens, are the eager step's.
 
-// GraphOptions configure CaptureDecodeGraphs.
-type GraphOptions struct {
-	// Sizes are the padded batch sizes to capture (any order, positive).
-	Sizes []int
-	// MaxBlocks is the block-table width of the captured steps: a decode
-	// step with a sequence needing more blocks runs eagerly
-	// (max_model_len / block size, rounded up).
-	MaxBlocks int
-	// PadBlock is a cache block no sequence uses and PadSlot the first
-	// of PadSlots consecutive state slots no sequence uses (at least
-	// GraphPadSlots(Sizes)): the padding rows read and write only them.
-	// (Each padding row needs a state slot of its own: the KDA ops reject
-	// sequences sharing one.)
-	PadBlock, PadSlot, PadSlots int
-}
+// GraphOptions, GraphReport and ErrNoGraphs are the engine's (see
+// model.DecodeGraphs).
+type (
+	GraphOptions = model.GraphOptions
+	GraphReport  = model.GraphReport
+)
 
-// GraphPadSlots is the number of padding state slots the capture sizes
-// need: the most padding rows a step gets, S-1 minus the next smaller
-// size (a batch larger than that size pads up to S).
-func GraphPadSlots(sizes []int) int {
-	s := slices.Clone(sizes)
-	slices.Sort(s)
-	s = slices.Compact(s)
-	n, prev := 0, 0
-	for _, x := range s {
-		n = max(n, x-prev-1)
-		prev = x
-	}
-	return n
-}
+// ErrNoGraphs is model.ErrNoGraphs.
+var ErrNoGraphs = model.ErrNoGraphs
 
-// GraphReport describes the captured graphs, for the start-up log.
-type GraphReport struct {
-	Sizes    []int         // the captured sizes, ascending
-	Duration time.Duration // warm-up and capture of every size
-	// GraphBytes is the memory the graphs hold (their ops' scratch),
-	// ScratchBytes the fixed buffers they share (activations, metadata,
-	// logits).
-	GraphBytes, ScratchBytes int64
-}
+// GraphPadSlots is model.GraphPadSlots.
+func GraphPadSlots(sizes []int) int { return model.GraphPadSlots(sizes) }
 
 // decodeGraph is the captured decode step of one padded size.
 type decodeGraph struct {
@@ -84,11 +56,6 @@ type graphRunner struct {
 	ws     scratch // the graphs' fixed buffers
 	graphs []*decodeGraph
 }
-
-// ErrNoGraphs is wrapped by CaptureDecodeGraphs' error when the backend or
-// the model's placement cannot use graphs at all (the caller reports the
-// option as without effect).
-var ErrNoGraphs = errors.New("graphs are not available")
 
 // CaptureDecodeGraphs captures the decode step of cache c at each size of
 // opt (replacing graphs captured before) and makes Forward replay them for
