@@ -15,8 +15,7 @@ import (
 // own scratch (temp) comes from the stream-ordered allocator, whose
 // allocations and frees inside a capture become graph memory nodes: each
 // graph owns fixed scratch addresses, reported by Graph.Bytes (the
-// device's graph-memory growth from the capture through its first
-// launch). Without that allocator a capture is refused: op scratch from
+// device's graph-memory growth from the capture through its upload). Without that allocator a capture is refused: op scratch from
 // cuMemAlloc would be freed under the graph.
 
 var _ npu.GraphCapturer = (*Backend)(nil)
@@ -76,15 +75,16 @@ func (b *Backend) EndCapture() (npu.Graph, error) {
 		return nil, fmt.Errorf("cuda: graph capture failed: %w", err)
 	}
 	g := &graph{be: b, exec: exec, checked: b.errDirty}
-	// Graph memory is mapped at the first launch: run it once (the
-	// graph's ops only rewrite what a replay rewrites) and measure.
-	if err := g.Launch(); err != nil {
+	// Map the graph's memory now (cuGraphUpload, without running it), so
+	// that Bytes is known and the first replay is not slower; a driver
+	// without it maps at the first launch (Bytes is then 0).
+	if err := drvGraphUpload(b.ctx, exec, b.stream); err != nil && !symbolMissing(err) {
 		_ = g.Close()
-		return nil, err
+		return nil, fmt.Errorf("cuda: uploading the captured graph: %w", err)
 	}
 	if err := b.Sync(); err != nil {
 		_ = g.Close()
-		return nil, fmt.Errorf("cuda: the captured graph's first launch failed: %w", err)
+		return nil, fmt.Errorf("cuda: uploading the captured graph: %w", err)
 	}
 	if used, reserved, err := drvGraphMem(b.ctx, b.dev); err == nil {
 		g.bytes = max(0, max(used, reserved)-b.capBase)
@@ -134,4 +134,11 @@ func (g *graph) Close() error {
 	g.exec = 0
 	_ = drvGraphMemTrim(b.ctx, b.dev)
 	return err
+}
+
+// symbolMissing reports whether err is the shim's "optional symbol
+// missing".
+func symbolMissing(err error) bool {
+	var ce *cuError
+	return errors.As(err, &ce) && ce.Code == shimSymbolMissing
 }

@@ -302,6 +302,12 @@ func drvGraphLaunch(ctx, exec, s uintptr) error {
 	return cuErr("cuGraphLaunch", C.npu_cuGraphLaunch(C.uintptr_t(ctx), C.uintptr_t(exec), C.uintptr_t(s)))
 }
 
+// drvGraphUpload prepares exec on s without running it; errMissing when
+// the driver lacks cuGraphUpload.
+func drvGraphUpload(ctx, exec, s uintptr) error {
+	return cuErr("cuGraphUpload", C.npu_cuGraphUpload(C.uintptr_t(ctx), C.uintptr_t(exec), C.uintptr_t(s)))
+}
+
 func drvGraphExecDestroy(ctx, exec uintptr) error {
 	return cuErr("cuGraphExecDestroy", C.npu_cuGraphExecDestroy(C.uintptr_t(ctx), C.uintptr_t(exec)))
 }

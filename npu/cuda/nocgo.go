@@ -50,6 +50,7 @@ func drvHasGraphs() bool                                          { return false
 func drvBeginCapture(uintptr, uintptr) error                      { return errNoCgo }
 func drvEndCapture(uintptr, uintptr) (uintptr, error)             { return 0, errNoCgo }
 func drvGraphLaunch(uintptr, uintptr, uintptr) error              { return errNoCgo }
+func drvGraphUpload(uintptr, uintptr, uintptr) error              { return errNoCgo }
 func drvGraphExecDestroy(uintptr, uintptr) error                  { return errNoCgo }
 func drvGraphMem(uintptr, int) (int64, int64, error)              { return 0, 0, errNoCgo }
 func drvGraphMemTrim(uintptr, int) error                          { return errNoCgo }

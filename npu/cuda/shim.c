@@ -107,6 +107,7 @@ enum {
 	X(L_CU, 0, int, cuStreamEndCapture, (CUstream s, CUgraph * graph))                                     \
 	X(L_CU, 0, int, cuGraphInstantiateWithFlags, (CUgraphExec * exec, CUgraph graph, unsigned long long f)) \
 	X(L_CU, 0, int, cuGraphLaunch, (CUgraphExec exec, CUstream s))                                         \
+	X(L_CU, 0, int, cuGraphUpload, (CUgraphExec exec, CUstream s))                                         \
 	X(L_CU, 0, int, cuGraphExecDestroy, (CUgraphExec exec))                                                \
 	X(L_CU, 0, int, cuGraphDestroy, (CUgraph graph))                                                       \
 	X(L_CU, 0, int, cuDeviceGetGraphMemAttribute, (int dev, int attr, void *value))                        \
@@ -488,6 +489,11 @@ int npu_graph_end(uintptr_t ctx, uintptr_t stream, uintptr_t *exec) {
 int npu_cuGraphLaunch(uintptr_t ctx, uintptr_t exec, uintptr_t stream) {
 	BIND(ctx);
 	CALL(cuGraphLaunch, P(exec), P(stream));
+}
+
+int npu_cuGraphUpload(uintptr_t ctx, uintptr_t exec, uintptr_t stream) {
+	BIND(ctx);
+	CALL(cuGraphUpload, P(exec), P(stream));
 }
 
 int npu_cuGraphExecDestroy(uintptr_t ctx, uintptr_t exec) {

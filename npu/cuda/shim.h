@@ -119,6 +119,9 @@ int npu_has_graphs(void);
 int npu_cuStreamBeginCapture(uintptr_t ctx, uintptr_t stream);
 int npu_graph_end(uintptr_t ctx, uintptr_t stream, uintptr_t *exec);
 int npu_cuGraphLaunch(uintptr_t ctx, uintptr_t exec, uintptr_t stream);
+// npu_cuGraphUpload maps an instantiated graph's memory and uploads it to
+// the device without running it (NPU_SHIM_SYMBOL_MISSING before CUDA 11.1).
+int npu_cuGraphUpload(uintptr_t ctx, uintptr_t exec, uintptr_t stream);
 int npu_cuGraphExecDestroy(uintptr_t ctx, uintptr_t exec);
 int npu_graph_mem(uintptr_t ctx, int dev, uint64_t *used, uint64_t *reserved);
 int npu_cuDeviceGraphMemTrim(uintptr_t ctx, int dev);
