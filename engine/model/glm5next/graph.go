@@ -51,10 +51,11 @@ type decodeGraph struct {
 
 // graphRunner holds a model's decode graphs for one cache.
 type graphRunner struct {
-	opt    GraphOptions
-	cache  *Cache
-	ws     scratch // the graphs' fixed buffers
-	graphs []*decodeGraph
+	opt     GraphOptions
+	cache   *Cache
+	ws      scratch // the graphs' fixed buffers
+	graphs  []*decodeGraph
+	replays int // steps that ran a graph
 }
 
 // CaptureDecodeGraphs captures the decode step of cache c at each size of
@@ -335,6 +336,7 @@ func (m *Model) replay(g *decodeGraph, c *Cache, b *Batch) *npu.Tensor {
 	if err := g.graph.Launch(); err != nil {
 		fail(err)
 	}
+	r.replays++
 	logits, err := m.be.Alloc(npu.F32, B, m.logitWidth())
 	if err != nil {
 		fail(err)
