@@ -8,16 +8,19 @@ import (
 	"github.com/npuserve/npuserve/npu"
 )
 
-// graphSteps enqueues a small decode-like chain on be: a cuBLASLt GEMM,
-// SwiGLU, the router and MoE (ops with scratch of their own) and TopK.
+// graphStep is a small decode-like chain: bf16 GEMMs (cuBLASLt: M is
+// above the small-GEMM kernel's rows) and an fp32 one, SwiGLU, the router
+// and MoE (ops with scratch of their own) and TopK.
 type graphStep struct {
-	x, w, gu, dn, gate, bias *npu.Tensor // inputs (x rewritten per replay)
-	h, a, rw, ids, out       *npu.Tensor
-	vals, top                *npu.Tensor
+	x, w, w32, gu, dn, gate, bias *npu.Tensor // inputs (x rewritten per replay)
+	h, h32, a, rw, ids, out       *npu.Tensor
+	vals, top                     *npu.Tensor
 }
 
 func (s *graphStep) run(be npu.Backend) {
+	be.MatMul(s.h32, s.x, s.w32)
 	be.MatMul(s.h, s.x, s.w)
+	be.Add(s.h, s.h, s.h32)
 	be.SwiGLU(s.a, s.h, 0)
 	be.Router(s.rw, s.ids, s.a, s.gate, s.bias, npu.RouterParams{TopK: 2, NGroup: 1, TopKGroup: 1, Normalize: true, Scale: 1})
 	be.Fill(s.out, 0)
@@ -31,15 +34,15 @@ func (s *graphStep) run(be npu.Backend) {
 func TestGPUGraphReplay(t *testing.T) {
 	h := newBoth(t, 41)
 	g := h.g
-	const T, K, N, E, I = 5, 64, 96, 8, 16
+	const T, K, N, E, I = 9, 64, 96, 8, 16
 	D := N / 2
 	mk := func(dt npu.DType, scale float32, shape ...int) *npu.Tensor { return h.rand(dt, scale, shape...).g }
 	zero := func(dt npu.DType, shape ...int) *npu.Tensor { return npu.Must(g.Alloc(dt, shape...)) }
 	s := &graphStep{
-		x: mk(npu.F32, 1, T, K), w: mk(npu.BF16, 0.2, N, K),
+		x: mk(npu.F32, 1, T, K), w: mk(npu.BF16, 0.2, N, K), w32: mk(npu.F32, 0.1, N, K),
 		gu: mk(npu.BF16, 0.2, E, 2*I, D), dn: mk(npu.BF16, 0.2, E, D, I),
 		gate: mk(npu.F32, 0.3, E, D), bias: mk(npu.F32, 0.1, E),
-		h: zero(npu.F32, T, N), a: zero(npu.F32, T, D), rw: zero(npu.F32, T, 2), ids: zero(npu.I32, T, 2),
+		h: zero(npu.F32, T, N), h32: zero(npu.F32, T, N), a: zero(npu.F32, T, D), rw: zero(npu.F32, T, 2), ids: zero(npu.I32, T, 2),
 		out: zero(npu.F32, T, D), vals: zero(npu.F32, T, 3), top: zero(npu.I32, T, 3),
 	}
 	h.sync()
