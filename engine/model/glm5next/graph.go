@@ -11,9 +11,10 @@ import (
 
 // Decode graphs (vLLM's cudagraph_mode FULL_DECODE_ONLY): a decode step
 // of B sequences runs as one captured graph of the smallest capture size
-// S >= B, its metadata uploaded into fixed per-size buffers before the
-// launch and its S-B padding rows pointing at a block and a state slot
-// reserved for them, which no sequence owns. The graphs use scratch
+// S >= B, its metadata uploaded into a fixed buffer before the launch and
+// its S-B padding rows pointing at a block and state slots reserved for
+// them, which no sequence owns (one slot per padding row: the KDA ops
+// reject sequences sharing a slot). The graphs use scratch
 // buffers of their own (never grown or freed by eager steps, so the
 // addresses they baked in stay valid), captured largest size first after
 // an eager warm-up of each size (which allocates the scratch, prepares
@@ -61,9 +62,10 @@ type graphRunner struct {
 // CaptureDecodeGraphs captures the decode step of cache c at each size of
 // opt (replacing graphs captured before) and makes Forward replay them for
 // the decode steps they cover. Call it before any sequence runs on c: the
-// warm-up step of each size writes the state of the first sizes' slots
-// (which every sequence clears at its first step) and the padding block. It fails with an error wrapping
-// ErrNoGraphs when the backend has no npu.GraphCapturer or the model runs
+// warm-up step of size S writes the state of slots 0..S-1 (which every
+// sequence clears at its first step) and the padding block. It fails with
+// an error wrapping ErrNoGraphs when the backend has no npu.GraphCapturer
+// or the model runs
 // collectives (tensor or expert parallelism); any other failure (a
 // capture the backend refused) leaves the model without graphs.
 func (m *Model) CaptureDecodeGraphs(c *Cache, opt GraphOptions) (GraphReport, error) {
@@ -92,9 +94,9 @@ func (m *Model) CaptureDecodeGraphs(c *Cache, opt GraphOptions) (GraphReport, er
 	start := time.Now()
 	r := &graphRunner{opt: opt, cache: c, ws: scratch{be: m.be}}
 	rep := GraphReport{Sizes: sizes}
-	ok = false
+	done := false
 	defer func() {
-		if !ok {
+		if !done {
 			r.release()
 		}
 	}()
@@ -116,7 +118,7 @@ func (m *Model) CaptureDecodeGraphs(c *Cache, opt GraphOptions) (GraphReport, er
 		rep.ScratchBytes += int64(t.Bytes())
 	}
 	rep.Duration = time.Since(start)
-	m.graphs, ok = r, true
+	m.graphs, done = r, true
 	return rep, nil
 }
 
