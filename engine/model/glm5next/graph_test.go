@@ -299,3 +299,29 @@ func TestGraphPadSlots(t *testing.T) {
 		}
 	}
 }
+
+// TestScratchGrowthFailsCapture: a scratch buffer that would have to grow
+// during a capture fails the step with ErrCapturing before anything is
+// freed (the old buffer stays valid for the graphs that use it).
+func TestScratchGrowthFailsCapture(t *testing.T) {
+	gb := graphtest.New(cpu.New(0))
+	s := scratch{be: gb}
+	old := s.get("x", npu.F32, 4)
+	if err := gb.BeginCapture(); err != nil {
+		t.Fatal(err)
+	}
+	err := func() (err error) {
+		defer func() { err = stepFailure(recover()) }()
+		s.get("x", npu.F32, 2) // fits: a view, no allocation
+		s.get("x", npu.F32, 8)
+		return nil
+	}()
+	if _, cerr := gb.EndCapture(); !errors.Is(err, npu.ErrCapturing) || !errors.Is(cerr, npu.ErrCapturing) {
+		t.Fatalf("growing during capture: step error %v, capture error %v; want ErrCapturing", err, cerr)
+	}
+	if s.bufs["x"].Buffer() != old.Buffer() {
+		t.Fatal("the old buffer was replaced")
+	}
+	npu.MustF32(gb, old) // still allocated
+	s.release()
+}
