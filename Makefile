@@ -44,6 +44,7 @@ test: fmt-check vet
 test-cuda:
 	NPUSERVE_CUDA_TEST=1 CGO_ENABLED=1 $(GO) test -count=1 -v ./npu/cuda/
 	NPUSERVE_TEST_DEVICE=cuda CGO_ENABLED=1 $(GO) test -count=1 ./engine/model/glm5next/
+	NPUSERVE_TEST_DEVICE=cuda CGO_ENABLED=1 $(GO) test -count=1 -run DecodeGraphs ./engine/core/
 
 vet:
 	$(GO) vet ./...

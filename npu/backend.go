@@ -329,3 +329,51 @@ type SampleReducer interface {
 	// the largest, and the first k' entries of a row are its top k'.
 	SampleReduce(vals, ids, stats, logits *Tensor, k int)
 }
+
+// GraphCapturer is implemented by backends that can record a run of ops
+// once and replay it with one launch (CUDA graphs; Ascend's
+// aclmdlRICapture fits the same shape): the way decode steps, a few
+// hundred small kernels each, stop being bound by launch overhead. The
+// engine asks with a type assertion; a backend without it runs every
+// step eagerly.
+//
+// Capture contract. Between BeginCapture and EndCapture the ops (Ops and
+// SampleReducer calls) are recorded, not run, and read and write the
+// tensors they are given: a replay uses the same device addresses, so
+// every tensor a captured op touches must be allocated before
+// BeginCapture and stay allocated, unchanged in size, until the Graph is
+// closed. What a replay sees differently is the contents of those
+// tensors: per-step metadata (token ids, the SeqLayout tensors, slot
+// mappings) is Uploaded into the same fixed buffers before Launch, and
+// the stream orders that Upload after the previous replay's reads.
+// During a capture the backend refuses what it cannot record: Alloc,
+// FromHost, Upload, Download, Sync and RunOnStream return an error
+// wrapping ErrCapturing (and Free panics: freeing memory a graph may
+// use is a programming error); an op that needs scratch of its own may
+// take it from memory the graph owns (CUDA's stream-ordered allocations
+// become graph allocations; Graph.Bytes reports them), never from a
+// host-synchronising allocation. A failed op or refused call makes the
+// capture fail: EndCapture then returns the first error and no graph,
+// and the backend is back in eager mode either way.
+type GraphCapturer interface {
+	// BeginCapture starts recording the ops enqueued after it. Captures
+	// do not nest.
+	BeginCapture() error
+	// EndCapture stops recording and returns the recorded ops as a
+	// Graph ready to Launch, or the capture's first failure.
+	EndCapture() (Graph, error)
+}
+
+// Graph is a captured run of ops (see GraphCapturer).
+type Graph interface {
+	// Launch enqueues the recorded ops on the stream, in their order,
+	// asynchronously like an op: a failure of the work surfaces at the
+	// next Sync or Download.
+	Launch() error
+	// Bytes is the device memory the graph itself holds (its ops'
+	// scratch), 0 when it holds none.
+	Bytes() int64
+	// Close releases the graph once the work enqueued before it is done.
+	// It must not be launched afterwards.
+	Close() error
+}

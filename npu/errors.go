@@ -62,3 +62,7 @@ func Must(t *Tensor, err error) *Tensor {
 	}
 	return t
 }
+
+// ErrCapturing is wrapped by the error of a memory operation or sync that
+// a backend refuses while it records a graph (see GraphCapturer).
+var ErrCapturing = errors.New("not allowed while capturing a graph")

@@ -36,6 +36,7 @@ func benchCommand() *cli.Command {
 					&cli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the timed runs to this file (go tool pprof)"},
 					&cli.StringFlag{Name: "dtype", Value: "bfloat16", Usage: "weight dtype: float32 or bfloat16"},
 					&cli.IntFlag{Name: "threads", Value: 0, Usage: "CPU threads (0 = all)"},
+					&cli.BoolFlag{Name: "cudagraph", Usage: "capture each batch's decode step as a device graph (cudagraph_mode FULL_DECODE_ONLY at that size) and time its replays"},
 					deviceFlag(),
 				},
 				Action: runBenchDecode,
@@ -68,6 +69,11 @@ type decodeResult struct {
 	PrefillTFLOPs   float64 `json:"prefill_matmul_tflop_s"`
 	Threads         int     `json:"threads"`
 	ExpertsTouched  float64 `json:"experts_touched_per_moe_layer"`
+	// Graphs: the timed steps replayed a captured graph (--cudagraph),
+	// which took CaptureMs to warm up and capture and holds GraphBytes.
+	Graphs     bool    `json:"graphs"`
+	CaptureMs  float64 `json:"graph_capture_ms,omitempty"`
+	GraphBytes int64   `json:"graph_bytes,omitempty"`
 }
 
 func runBenchDecode(c *cli.Context) error {
@@ -127,8 +133,13 @@ func runBenchDecode(c *cli.Context) error {
 	if dt == "float32" {
 		wsize = 4
 	}
+	if c.Bool("cudagraph") {
+		if _, ok := be.(npu.GraphCapturer); !ok {
+			return usageError("--cudagraph: the %s backend cannot capture graphs", be.Name())
+		}
+	}
 	for _, B := range batches {
-		res, err := benchDecodeOnce(m, B, ctxLen, steps)
+		res, err := benchDecodeOnce(m, B, ctxLen, steps, c.Bool("cudagraph"))
 		if err != nil {
 			return runError("%v", err)
 		}
@@ -163,7 +174,7 @@ func runBenchDecode(c *cli.Context) error {
 	return nil
 }
 
-func benchDecodeOnce(m *glm5next.Model, B, ctxLen, steps int) (decodeResult, error) {
+func benchDecodeOnce(m *glm5next.Model, B, ctxLen, steps int, graphs bool) (decodeResult, error) {
 	cfg := m.Config()
 	bs := 64
 	perSeq := (ctxLen + steps + 1 + bs - 1) / bs
@@ -171,12 +182,27 @@ func benchDecodeOnce(m *glm5next.Model, B, ctxLen, steps int) (decodeResult, err
 	if err != nil {
 		return decodeResult{}, err
 	}
-	cache, err := m.NewCache(perSeq*B, bs, B)
+	// With graphs: one padding block and the padding slots past the
+	// manager's (the engine's layout, see core.Options.DecodeGraphs).
+	extraBlocks, extraSlots := 0, 0
+	if graphs {
+		extraBlocks, extraSlots = 1, glm5next.GraphPadSlots([]int{B})
+	}
+	cache, err := m.NewCache(perSeq*B+extraBlocks, bs, B+extraSlots)
 	if err != nil {
 		return decodeResult{}, err
 	}
 	be := m.Backend()
 	defer cache.Free(be)
+	var rep glm5next.GraphReport
+	if graphs {
+		rep, err = m.CaptureDecodeGraphs(cache, glm5next.GraphOptions{Sizes: []int{B}, MaxBlocks: perSeq,
+			PadBlock: perSeq * B, PadSlot: B, PadSlots: extraSlots})
+		if err != nil {
+			return decodeResult{}, err
+		}
+		defer m.ReleaseGraphs()
+	}
 	r := rand.New(rand.NewPCG(1, 2))
 	var prefill time.Duration
 	seqs := make([]*kvcache.Seq, B)
@@ -247,7 +273,8 @@ func benchDecodeOnce(m *glm5next.Model, B, ctxLen, steps int) (decodeResult, err
 	pms := float64(prefill.Microseconds()) / 1e3
 	active := cfg.ParamCount().Active
 	return decodeResult{Batch: B, Context: ctxLen, Steps: steps, MsPerStep: ms, TokensPerS: float64(B) * 1e3 / ms,
-		PrefillMs: pms, PrefillTokensPS: float64(ctxLen) * 1e3 / pms, PrefillTFLOPs: 2 * float64(active) * float64(ctxLen) / (pms * 1e9)}, nil
+		PrefillMs: pms, PrefillTokensPS: float64(ctxLen) * 1e3 / pms, PrefillTFLOPs: 2 * float64(active) * float64(ctxLen) / (pms * 1e9),
+		Graphs: graphs, CaptureMs: float64(rep.Duration.Microseconds()) / 1e3, GraphBytes: rep.GraphBytes}, nil
 }
 
 // deviceCopyBandwidth measures an accelerator's memory bandwidth the

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -120,7 +121,14 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return usageError("serve: %v", err)
 	}
+	graphs, err := args.Graphs(plan.Scheduler.MaxNumSeqs)
+	if err != nil {
+		return usageError("serve: %v", err)
+	}
 	if multiRank(args) {
+		if graphs.Decode && slices.Contains(config.GraphBackends, plan.Device.Backend) {
+			logrus.Warnf("--compilation-config: decode graphs with tensor, data or expert parallelism are not implemented yet; every step runs eagerly")
+		}
 		if spec != nil {
 			return usageError("serve: --speculative-config: MTP speculative decoding with tensor, data or expert parallelism is not implemented yet; run with TP=DP=EP=1")
 		}
@@ -197,6 +205,15 @@ func runServe(c *cli.Context) error {
 	if spec != nil {
 		engOpt.NumSpeculativeTokens = spec.NumSpeculativeTokens
 		logSpeculative(spec)
+	}
+	if slices.Contains(config.GraphBackends, plan.Device.Backend) {
+		for _, n := range graphs.Notes {
+			logrus.Warnf("--compilation-config: %s", n)
+		}
+		if graphs.Decode {
+			engOpt.DecodeGraphs = graphs.Sizes
+			engOpt.OnGraphs = logGraphs
+		}
 	}
 	eng, err := core.New(model, engOpt)
 	if err != nil && !args.Given("max-model-len") && strings.Contains(err.Error(), "max seq len") {
@@ -297,6 +314,17 @@ func cpuCacheBytes(ram int64, util float64, plan *config.Plan, m enginemodel.Mod
 }
 
 // logCapacity logs the cache and how many sequences of max_model_len fit.
+// logGraphs logs the decode graphs' capture (vLLM logs "Graph capturing
+// finished in N secs, took X GiB"), or why there are none.
+func logGraphs(rep enginemodel.GraphReport, err error) {
+	if err != nil {
+		logrus.Warnf("--compilation-config is accepted without effect: %v; every step runs eagerly", err)
+		return
+	}
+	logrus.Infof("Graph capturing finished in %.2f secs: decode steps of batch sizes %v; graph memory %.1f MiB, fixed buffers %.1f MiB",
+		rep.Duration.Seconds(), rep.Sizes, float64(rep.GraphBytes)/(1<<20), float64(rep.ScratchBytes)/(1<<20))
+}
+
 func logCapacity(st core.Stats, cacheBytes int64, m enginemodel.Loaded) {
 	tokens := st.NumBlocks * st.BlockSize
 	perSeq := (st.MaxModelLen + st.BlockSize - 1) / st.BlockSize * st.BlockSize

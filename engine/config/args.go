@@ -784,14 +784,17 @@ type Ignored struct {
 }
 
 // WithoutEffect lists the flags and settings keys that were given but have
-// no effect on backend ("cpu" or "ascend"), with reasons, in flag order.
+// no effect on backend ("cpu", "cuda" or "ascend"), with reasons, in flag
+// order. (What of --compilation-config has no effect on a backend that
+// captures graphs is in Graphs' notes.)
 func (a *EngineArgs) WithoutEffect(backend string) []Ignored {
 	var out []Ignored
 	add := func(flag, reason string) { out = append(out, Ignored{Flag: "--" + flag, Reason: reason}) }
-	if a.Given("compilation-config") {
-		add("compilation-config", "graph capture is not implemented; every step runs eagerly")
+	graphs := contains(GraphBackends, backend)
+	if a.Given("compilation-config") && !graphs {
+		add("compilation-config", fmt.Sprintf("graph capture needs a backend that captures graphs (%s); every step runs eagerly on %s", strings.Join(GraphBackends, ", "), backend))
 	}
-	if a.Given("enforce-eager") && a.EnforceEager {
+	if a.Given("enforce-eager") && a.EnforceEager && !graphs {
 		add("enforce-eager", "every step already runs eagerly")
 	}
 	if a.Given("trust-remote-code") && a.TrustRemoteCode {

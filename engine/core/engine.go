@@ -81,6 +81,20 @@ type Options struct {
 	// wholeRows makes sample download every row whole, as on a backend
 	// without npu.SampleReducer (the tests' reference for the reduction).
 	wholeRows bool
+	// DecodeGraphs, when set, are the batch sizes whose decode steps are
+	// captured as device graphs at start-up (config.GraphPlan.Sizes:
+	// --compilation-config), once the cache is allocated; decode steps
+	// of at most the largest size then replay the graph of the next size
+	// up. The cache gets one block and GraphPadSlots state slots more
+	// for the padding rows. Graphs are not captured (OnGraphs says why)
+	// on a backend or model without them, with lockstep or speculative
+	// decoding.
+	DecodeGraphs []int
+	// OnGraphs, when set, is called once at start-up when DecodeGraphs is
+	// set: with the capture's report, or an error wrapping
+	// model.ErrNoGraphs when graphs are not used here (every step runs
+	// eagerly; the option is without effect). A failed capture fails New.
+	OnGraphs func(model.GraphReport, error)
 }
 
 // StepStats describe one engine step.
@@ -416,13 +430,13 @@ func (e *Engine) loop(started chan<- error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	defer close(e.done)
-	cache, err := e.model.NewCache(e.opt.NumBlocks, e.opt.BlockSize, e.opt.MaxNumSeqs)
+	cache, release, err := e.newCache()
 	if err != nil {
 		started <- err
 		return
 	}
 	e.cache = cache
-	defer cache.Release()
+	defer release()
 	started <- nil
 
 	for {

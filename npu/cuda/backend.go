@@ -51,6 +51,9 @@ type Backend struct {
 	errDirty bool   // a kernel that may report ran since the last check
 	err      error  // first failure of enqueued work, not yet reported
 
+	capturing bool  // between BeginCapture and EndCapture (graph.go)
+	capBase   int64 // the device's graph memory when the capture began
+
 	args   [32]uint64 // kernel parameter slots of the launch being made
 	closed bool
 }
@@ -209,6 +212,11 @@ func (b *Backend) fail(err error) {
 // Sync waits for the stream and returns, once, the first failure of the
 // work enqueued since the last report.
 func (b *Backend) Sync() error {
+	if b.capturing {
+		err := errCapture("Sync")
+		b.fail(err)
+		return err
+	}
 	err := drvStreamSync(b.ctx, b.stream)
 	if b.prof != nil && err == nil {
 		b.prof.collect(b)

@@ -286,6 +286,43 @@ func drvEventDestroy(ctx, e uintptr) error {
 	return cuErr("cuEventDestroy", C.npu_cuEventDestroy(C.uintptr_t(ctx), C.uintptr_t(e)))
 }
 
+func drvHasGraphs() bool { return C.npu_has_graphs() != 0 }
+
+func drvBeginCapture(ctx, s uintptr) error {
+	return cuErr("cuStreamBeginCapture", C.npu_cuStreamBeginCapture(C.uintptr_t(ctx), C.uintptr_t(s)))
+}
+
+// drvEndCapture ends the capture on s and instantiates its graph.
+func drvEndCapture(ctx, s uintptr) (uintptr, error) {
+	var e C.uintptr_t
+	return uintptr(e), cuErr("cuStreamEndCapture/cuGraphInstantiateWithFlags", C.npu_graph_end(C.uintptr_t(ctx), C.uintptr_t(s), &e))
+}
+
+func drvGraphLaunch(ctx, exec, s uintptr) error {
+	return cuErr("cuGraphLaunch", C.npu_cuGraphLaunch(C.uintptr_t(ctx), C.uintptr_t(exec), C.uintptr_t(s)))
+}
+
+// drvGraphUpload prepares exec on s without running it; errMissing when
+// the driver lacks cuGraphUpload.
+func drvGraphUpload(ctx, exec, s uintptr) error {
+	return cuErr("cuGraphUpload", C.npu_cuGraphUpload(C.uintptr_t(ctx), C.uintptr_t(exec), C.uintptr_t(s)))
+}
+
+func drvGraphExecDestroy(ctx, exec uintptr) error {
+	return cuErr("cuGraphExecDestroy", C.npu_cuGraphExecDestroy(C.uintptr_t(ctx), C.uintptr_t(exec)))
+}
+
+// drvGraphMem is the device's graph memory: in use and reserved bytes.
+func drvGraphMem(ctx uintptr, dev int) (used, reserved int64, err error) {
+	var u, r C.uint64_t
+	err = cuErr("cuDeviceGetGraphMemAttribute", C.npu_graph_mem(C.uintptr_t(ctx), C.int(dev), &u, &r))
+	return int64(u), int64(r), err
+}
+
+func drvGraphMemTrim(ctx uintptr, dev int) error {
+	return cuErr("cuDeviceGraphMemTrim", C.npu_cuDeviceGraphMemTrim(C.uintptr_t(ctx), C.int(dev)))
+}
+
 var (
 	nvrtcOnce sync.Once
 	nvrtcPath string

@@ -124,7 +124,7 @@ func (b *Backend) ltPlan(abType, M, N, K int, w, x, out uint64) (uintptr, error)
 	if plan, ok := b.plans[key]; ok {
 		return plan, nil
 	}
-	if len(b.plans) >= maxPlans {
+	if len(b.plans) >= maxPlans && !b.capturing { // a capture cannot wait: the cache grows instead
 		if err := drvStreamSync(b.ctx, b.stream); err != nil {
 			b.fail(fmt.Errorf("cuda: the stream failed: %w", err))
 		}

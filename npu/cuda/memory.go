@@ -52,7 +52,7 @@ func (b *Backend) alloc(n int) (*buffer, error) {
 		return &buffer{be: b}, nil
 	}
 	p, err := drvMemAlloc(b.ctx, n, b.stream, b.asyncAlloc)
-	if err != nil && outOfMemory(err) {
+	if err != nil && outOfMemory(err) && !b.capturing {
 		if serr := drvStreamSync(b.ctx, b.stream); serr != nil {
 			b.fail(fmt.Errorf("cuda: the stream failed: %w", serr))
 		}
@@ -83,6 +83,11 @@ func (b *Backend) allocError(dt npu.DType, shape []int, n int64, err error) erro
 // Alloc returns a zero-filled tensor (the fill is enqueued on the stream),
 // or an *npu.AllocError wrapping npu.ErrOutOfMemory when the GPU is full.
 func (b *Backend) Alloc(dt npu.DType, shape ...int) (*npu.Tensor, error) {
+	if b.capturing {
+		err := errCapture(fmt.Sprintf("Alloc %v %v", dt, shape))
+		b.fail(err)
+		return nil, err
+	}
 	n, err := npu.ShapeBytes(dt, shape...)
 	if err == nil && dt.Size() == 0 {
 		err = fmt.Errorf("cuda: cannot allocate dtype %v", dt)
@@ -105,6 +110,11 @@ func (b *Backend) Alloc(dt npu.DType, shape ...int) (*npu.Tensor, error) {
 // is staged by the driver before FromHost returns, so it is never
 // aliased).
 func (b *Backend) FromHost(dt npu.DType, data []byte, shape ...int) (*npu.Tensor, error) {
+	if b.capturing {
+		err := errCapture("FromHost")
+		b.fail(err)
+		return nil, err
+	}
 	n, err := npu.ShapeBytes(dt, shape...)
 	if err != nil || n != int64(len(data)) {
 		return nil, fmt.Errorf("cuda: FromHost %v %v needs %d bytes, got %d", dt, shape, n, len(data))
@@ -124,6 +134,11 @@ func (b *Backend) FromHost(dt npu.DType, data []byte, shape ...int) (*npu.Tensor
 // driver copies src into its own staging memory before returning, so
 // the caller may reuse src at once.
 func (b *Backend) Upload(dst *npu.Tensor, src []byte) error {
+	if b.capturing {
+		err := errCapture("Upload")
+		b.fail(err)
+		return err
+	}
 	if len(src) != dst.Bytes() {
 		return fmt.Errorf("cuda: Upload %d bytes into %v", len(src), dst)
 	}
@@ -159,6 +174,9 @@ func (b *Backend) Free(t *npu.Tensor) {
 	buf, ok := t.Buffer().(*buffer)
 	if !ok || buf.be != b {
 		panic(fmt.Sprintf("cuda: Free of %v, which does not live on this CUDA backend", t))
+	}
+	if b.capturing {
+		panic(fmt.Sprintf("cuda: Free of %v during graph capture (a graph's tensors must outlive it)", t))
 	}
 	if t.Offset() != 0 {
 		panic(fmt.Sprintf("cuda: Free of a view %v at byte offset %d", t, t.Offset()))

@@ -46,6 +46,14 @@ func drvEventRecord(uintptr, uintptr, uintptr) error              { return errNo
 func drvEventSync(uintptr, uintptr) error                         { return errNoCgo }
 func drvEventElapsed(uintptr, uintptr, uintptr) (float32, error)  { return 0, errNoCgo }
 func drvEventDestroy(uintptr, uintptr) error                      { return errNoCgo }
+func drvHasGraphs() bool                                          { return false }
+func drvBeginCapture(uintptr, uintptr) error                      { return errNoCgo }
+func drvEndCapture(uintptr, uintptr) (uintptr, error)             { return 0, errNoCgo }
+func drvGraphLaunch(uintptr, uintptr, uintptr) error              { return errNoCgo }
+func drvGraphUpload(uintptr, uintptr, uintptr) error              { return errNoCgo }
+func drvGraphExecDestroy(uintptr, uintptr) error                  { return errNoCgo }
+func drvGraphMem(uintptr, int) (int64, int64, error)              { return 0, 0, errNoCgo }
+func drvGraphMemTrim(uintptr, int) error                          { return errNoCgo }
 func nvrtcLoad() (string, error)                                  { return "", errNoCgo }
 func nvrtcVersion() (int, int, error)                             { return 0, 0, errNoCgo }
 func nvrtcBuild(string, string, []string) ([]byte, string, error) { return nil, "", errNoCgo }

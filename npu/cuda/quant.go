@@ -95,6 +95,10 @@ func (b *Backend) prepareQuant(w *npu.QuantWeight) *qdev {
 		panic(fmt.Sprintf("cuda: quantized weight %v: K = %d exceeds %d (int32 accumulation)", w, p.K, maxI8K))
 	}
 	if p.kp != p.K || p.w%16 != 0 {
+		if b.capturing {
+			// The padded copy would be graph memory, freed with no graph.
+			b.fail(errCapture(fmt.Sprintf("preparing quantized weight %v (prepare it before capturing)", w)))
+		}
 		rows := E * p.N
 		p.own = b.temp(rows * p.kp)
 		b.launch("k_pad_i8", b.gridFor(int64(rows*p.kp), elemThreads), d1(elemThreads), 0,

@@ -19,6 +19,8 @@ typedef void *CUmodule;
 typedef void *CUfunction;
 typedef void *CUevent;
 typedef void *CUmemoryPool;
+typedef void *CUgraph;
+typedef void *CUgraphExec;
 typedef uint64_t CUdeviceptr;
 typedef void *nvrtcProgram;
 typedef void *cublasLtHandle_t;
@@ -45,6 +47,9 @@ enum {
 	CU_EVENT_DEFAULT = 0,
 	CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
 	CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
+	CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+	CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
+	CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
 	CUBLASLT_MATMUL_DESC_TRANSA = 3,
 	CUBLASLT_MATMUL_DESC_TRANSB = 4,
 	CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
@@ -98,6 +103,15 @@ enum {
 	X(L_CU, 0, int, cuEventSynchronize, (CUevent ev))                                                      \
 	X(L_CU, 0, int, cuEventElapsedTime, (float *ms, CUevent start, CUevent end))                           \
 	X(L_CU, 0, int, cuEventDestroy_v2, (CUevent ev))                                                       \
+	X(L_CU, 0, int, cuStreamBeginCapture_v2, (CUstream s, int mode))                                       \
+	X(L_CU, 0, int, cuStreamEndCapture, (CUstream s, CUgraph * graph))                                     \
+	X(L_CU, 0, int, cuGraphInstantiateWithFlags, (CUgraphExec * exec, CUgraph graph, unsigned long long f)) \
+	X(L_CU, 0, int, cuGraphLaunch, (CUgraphExec exec, CUstream s))                                         \
+	X(L_CU, 0, int, cuGraphUpload, (CUgraphExec exec, CUstream s))                                         \
+	X(L_CU, 0, int, cuGraphExecDestroy, (CUgraphExec exec))                                                \
+	X(L_CU, 0, int, cuGraphDestroy, (CUgraph graph))                                                       \
+	X(L_CU, 0, int, cuDeviceGetGraphMemAttribute, (int dev, int attr, void *value))                        \
+	X(L_CU, 0, int, cuDeviceGraphMemTrim, (int dev))                                                       \
 	X(L_RTC, 1, int, nvrtcVersion, (int *major, int *minor))                                               \
 	X(L_RTC, 1, const char *, nvrtcGetErrorString, (int rc))                                               \
 	X(L_RTC, 1, int, nvrtcCreateProgram,                                                                   \
@@ -439,6 +453,71 @@ int npu_cuEventElapsedTime(uintptr_t ctx, float *ms, uintptr_t start, uintptr_t 
 int npu_cuEventDestroy(uintptr_t ctx, uintptr_t ev) {
 	BIND(ctx);
 	CALL(cuEventDestroy_v2, P(ev));
+}
+
+int npu_has_graphs(void) {
+	return p_cuStreamBeginCapture_v2 != NULL && p_cuStreamEndCapture != NULL && p_cuGraphInstantiateWithFlags != NULL &&
+	       p_cuGraphLaunch != NULL && p_cuGraphExecDestroy != NULL && p_cuGraphDestroy != NULL;
+}
+
+int npu_cuStreamBeginCapture(uintptr_t ctx, uintptr_t stream) {
+	BIND(ctx);
+	CALL(cuStreamBeginCapture_v2, P(stream), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+}
+
+int npu_graph_end(uintptr_t ctx, uintptr_t stream, uintptr_t *exec) {
+	BIND(ctx);
+	*exec = 0;
+	if (!npu_has_graphs()) {
+		return NPU_SHIM_SYMBOL_MISSING;
+	}
+	CUgraph g = NULL;
+	int rc = p_cuStreamEndCapture(P(stream), &g);
+	if (rc != NPU_CUDA_SUCCESS) {
+		if (g != NULL) {
+			p_cuGraphDestroy(g);
+		}
+		return rc;
+	}
+	CUgraphExec e = NULL;
+	rc = p_cuGraphInstantiateWithFlags(&e, g, 0);
+	p_cuGraphDestroy(g); // the executable graph does not need it
+	*exec = (uintptr_t)e;
+	return rc;
+}
+
+int npu_cuGraphLaunch(uintptr_t ctx, uintptr_t exec, uintptr_t stream) {
+	BIND(ctx);
+	CALL(cuGraphLaunch, P(exec), P(stream));
+}
+
+int npu_cuGraphUpload(uintptr_t ctx, uintptr_t exec, uintptr_t stream) {
+	BIND(ctx);
+	CALL(cuGraphUpload, P(exec), P(stream));
+}
+
+int npu_cuGraphExecDestroy(uintptr_t ctx, uintptr_t exec) {
+	BIND(ctx);
+	CALL(cuGraphExecDestroy, P(exec));
+}
+
+int npu_graph_mem(uintptr_t ctx, int dev, uint64_t *used, uint64_t *reserved) {
+	BIND(ctx);
+	*used = 0;
+	*reserved = 0;
+	if (p_cuDeviceGetGraphMemAttribute == NULL) {
+		return NPU_SHIM_SYMBOL_MISSING;
+	}
+	int rc = p_cuDeviceGetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, used);
+	if (rc != NPU_CUDA_SUCCESS) {
+		return rc;
+	}
+	return p_cuDeviceGetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, reserved);
+}
+
+int npu_cuDeviceGraphMemTrim(uintptr_t ctx, int dev) {
+	BIND(ctx);
+	CALL(cuDeviceGraphMemTrim, dev);
 }
 
 // NVRTC.

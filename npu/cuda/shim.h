@@ -109,6 +109,23 @@ int npu_cuEventSynchronize(uintptr_t ctx, uintptr_t ev);
 int npu_cuEventElapsedTime(uintptr_t ctx, float *ms, uintptr_t start, uintptr_t end);
 int npu_cuEventDestroy(uintptr_t ctx, uintptr_t ev);
 
+// CUDA graphs (stream capture). npu_has_graphs reports whether the
+// graph API resolved. npu_cuStreamBeginCapture starts a thread-local
+// capture of stream; npu_graph_end ends it and instantiates the graph
+// into *exec (the CUgraph itself is destroyed at once). npu_graph_mem
+// reads the device's graph-memory use (bytes in use by graph
+// allocations, bytes reserved for them).
+int npu_has_graphs(void);
+int npu_cuStreamBeginCapture(uintptr_t ctx, uintptr_t stream);
+int npu_graph_end(uintptr_t ctx, uintptr_t stream, uintptr_t *exec);
+int npu_cuGraphLaunch(uintptr_t ctx, uintptr_t exec, uintptr_t stream);
+// npu_cuGraphUpload maps an instantiated graph's memory and uploads it to
+// the device without running it (NPU_SHIM_SYMBOL_MISSING before CUDA 11.1).
+int npu_cuGraphUpload(uintptr_t ctx, uintptr_t exec, uintptr_t stream);
+int npu_cuGraphExecDestroy(uintptr_t ctx, uintptr_t exec);
+int npu_graph_mem(uintptr_t ctx, int dev, uint64_t *used, uint64_t *reserved);
+int npu_cuDeviceGraphMemTrim(uintptr_t ctx, int dev);
+
 // NVRTC.
 int npu_nvrtcVersion(int *major, int *minor);
 const char *npu_nvrtcGetErrorString(int rc);

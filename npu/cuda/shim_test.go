@@ -26,7 +26,7 @@ func TestShimSymbolTable(t *testing.T) {
 		seen[s.Name] = true
 	}
 	for _, name := range []string{"cuInit", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent", "cuStreamCreate", "cuMemAlloc_v2",
-		"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemAllocAsync", "cuModuleLoadData", "cuLaunchKernel", "nvrtcCompileProgram",
+		"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemAllocAsync", "cuModuleLoadData", "cuLaunchKernel", "cuStreamBeginCapture_v2", "cuStreamEndCapture", "cuGraphInstantiateWithFlags", "cuGraphLaunch", "cuGraphUpload", "nvrtcCompileProgram",
 		"nvrtcGetCUBIN", "cublasLtMatmul", "cublasLtMatmulAlgoGetHeuristic"} {
 		if !seen[name] {
 			t.Errorf("symbol table lacks %s", name)

@@ -7,7 +7,8 @@
 #   tools/cuda/run-on-gpu.sh build-all   # here: also the model tests and
 #                                        # the binary, xz-compressed
 #   tools/cuda/run-on-gpu.sh session     # there: STAGES (default
-#                                        # "ops model bench hf") in one run
+#                                        # "ops model bench hf"; also
+#                                        # graphs, selftest, memcheck, mtp)
 #
 # With the device tool: run `build`, then call run with carry [".gpu"] and
 # the command `bash tools/cuda/run-on-gpu.sh run`. What comes back in $OUT:
@@ -29,10 +30,11 @@ build-all)
 	mkdir -p .gpu
 	CGO_ENABLED=1 go test -c -ldflags='-s -w' -o .gpu/cuda.test ./npu/cuda/ || exit 1
 	CGO_ENABLED=1 go test -c -ldflags='-s -w' -o .gpu/glm5next.test ./engine/model/glm5next/ || exit 1
+	CGO_ENABLED=1 go test -c -ldflags='-s -w' -o .gpu/core.test ./engine/core/ || exit 1
 	CGO_ENABLED=1 go build -ldflags='-s -w' -o .gpu/npuserve ./cmd/npuserve || exit 1
 	CGO_ENABLED=1 go test -c -ldflags='-s -w' -o .gpu/cmd.test ./cmd/npuserve/ || exit 1
 	rm -f .gpu/*.xz
-	xz -T0 -6 .gpu/cuda.test .gpu/glm5next.test .gpu/npuserve .gpu/cmd.test || exit 1
+	xz -T0 -6 .gpu/cuda.test .gpu/glm5next.test .gpu/core.test .gpu/npuserve .gpu/cmd.test || exit 1
 	ls -la .gpu
 	;;
 session)
@@ -68,6 +70,24 @@ session)
 				echo "--- $cfg"
 				timeout ${BENCH_S:-200} .gpu/npuserve bench decode --device cuda --config configs/$cfg/config.json \
 					--batch ${BENCH_BATCH:-1,8,32,128} --context ${BENCH_CONTEXT:-1024} --steps ${BENCH_STEPS:-16} 2>&1 | tee "$out/bench-$cfg.log" || rc=1
+			done
+			;;
+		graphs)
+			# CUDA graphs: the op-level replay tests, the model's and the
+			# engine's graph-vs-eager token tests on --device cuda, then
+			# decode eager and with graphs (GRAPH_CONFIGS, BENCH_BATCH).
+			{
+				(cd .gpu && timeout 120 ./cuda.test -test.v -test.count=1 -test.run 'TestGPUGraph')
+				(cd engine/model/glm5next && NPUSERVE_TEST_DEVICE=cuda timeout 180 "$root/.gpu/glm5next.test" -test.v -test.count=1 -test.run 'Graph')
+				(cd engine/core && NPUSERVE_TEST_DEVICE=cuda timeout 180 "$root/.gpu/core.test" -test.v -test.count=1 -test.run 'DecodeGraphs')
+			} >"$out/graphs-test.log" 2>&1 || rc=1
+			grep -E '^(--- FAIL|FAIL|ok|PASS|panic)|graph memory|replays' "$out/graphs-test.log" | head -40
+			for cfg in ${GRAPH_CONFIGS:-small slice}; do
+				for g in false true; do
+					echo "--- $cfg cudagraph=$g"
+					timeout ${BENCH_S:-200} .gpu/npuserve bench decode --device cuda --config configs/$cfg/config.json --cudagraph=$g \
+						--batch ${BENCH_BATCH:-1,8,32,128} --context ${BENCH_CONTEXT:-1024} --steps ${BENCH_STEPS:-16} 2>&1 | tee -a "$out/bench-graphs-$cfg.log" || rc=1
+				done
 			done
 			;;
 		hf)

@@ -58,4 +58,11 @@ func (e engineModel) Forward(c model.Cache, b *model.Batch) (*npu.Tensor, error)
 	return e.Model.Forward(c.(*Cache), b)
 }
 
+var _ model.DecodeGraphs = engineModel{}
+
+// CaptureDecodeGraphs implements model.DecodeGraphs.
+func (e engineModel) CaptureDecodeGraphs(c model.Cache, opt model.GraphOptions) (model.GraphReport, error) {
+	return e.Model.CaptureDecodeGraphs(c.(*Cache), opt)
+}
+
 func (e engineModel) DummyStep(c model.Cache) error { return e.Model.DummyStep(c.(*Cache)) }

@@ -37,6 +37,9 @@ type plan struct {
 	logitRows *npu.Tensor // I32 [R], nil when every row is wanted in order
 	nLogits   int
 	fresh     []int // state slots of sequences starting at position 0
+	// freshRange [lo, hi) is a run of state slots cleared like fresh
+	// ones (a decode graph's padding slots); empty when lo == hi.
+	freshRange [2]int
 }
 
 // Forward runs the batch through the model, writing its cache entries, and
@@ -52,6 +55,11 @@ func (m *Model) Forward(c *Cache, b *Batch) (logits *npu.Tensor, err error) {
 			logits, err = nil, e
 		}
 	}()
+	if m.graphs != nil {
+		if g := m.graphs.pick(c, b); g != nil {
+			return m.replay(g, c, b), nil
+		}
+	}
 	logits, _ = m.forward(c, b, hiddenNone)
 	return logits, nil
 }
@@ -98,8 +106,29 @@ const (
 )
 
 func (m *Model) forward(c *Cache, b *Batch, keep hiddenMode) (*npu.Tensor, *npu.Tensor) {
+	return m.forwardStep(c, b, keep, nil)
+}
+
+// fixedStep is a forward whose device inputs and logits live in fixed
+// buffers, uploaded by the caller (a decode graph's step, graph.go): its
+// plan, the stream ids [rows*n] of the embedding, and the logits buffer
+// [rows, logitWidth] written in place instead of allocated.
+type fixedStep struct {
+	p      *plan
+	ids    *npu.Tensor
+	logits *npu.Tensor
+}
+
+// forwardStep is forward, with the step's inputs prepared from b, or
+// taken from fs when it is set (then b only carries its hooks).
+func (m *Model) forwardStep(c *Cache, b *Batch, keep hiddenMode, fs *fixedStep) (*npu.Tensor, *npu.Tensor) {
 	be, d := m.be, m.d
-	p := m.prepare(c, b)
+	var p *plan
+	if fs != nil {
+		p = fs.p
+	} else {
+		p = m.prepare(c, b)
+	}
 	T := p.rows
 	m.observeLinear = b.ObserveLinear
 	defer func() { m.observeLinear = nil }()
@@ -107,21 +136,30 @@ func (m *Model) forward(c *Cache, b *Batch, keep hiddenMode) (*npu.Tensor, *npu.
 	// Embedding straight into the n streams: row t*n+i looks up token t.
 	x := m.ws.get("streams.a", npu.F32, T, d.n, d.D)
 	y := m.ws.get("streams.b", npu.F32, T, d.n, d.D)
-	if T > 0 {
+	switch {
+	case T > 0 && fs != nil:
+		be.Embedding(x.Reshape(T*d.n, d.D), m.embed, fs.ids)
+	case T > 0:
 		m.embedStreams(x, b.Tokens)
 	}
 
 	// A sequence starting at position 0 may reuse a slot of a finished
 	// one: clear its KDA conv window and recurrent state.
-	for _, slot := range p.fresh {
+	clear := func(lo, hi int) {
 		for l := range m.layers {
 			if lc := &c.Layers[l]; lc.Conv != nil {
 				if lc.Conv.Numel() > 0 {
-					be.Fill(lc.Conv.Rows(slot, slot+1), 0)
+					be.Fill(lc.Conv.Rows(lo, hi), 0)
 				}
-				be.Fill(lc.State.Rows(slot, slot+1), 0)
+				be.Fill(lc.State.Rows(lo, hi), 0)
 			}
 		}
+	}
+	for _, slot := range p.fresh {
+		clear(slot, slot+1)
+	}
+	if lo, hi := p.freshRange[0], p.freshRange[1]; lo < hi {
+		clear(lo, hi)
 	}
 
 	col := m.ws.get("hc.collapsed", npu.F32, T, d.D)
@@ -164,8 +202,11 @@ func (m *Model) forward(c *Cache, b *Batch, keep hiddenMode) (*npu.Tensor, *npu.
 	}
 
 	R := p.nLogits
-	logits, err := be.Alloc(npu.F32, R, m.logitWidth())
-	if err != nil {
+	var logits *npu.Tensor
+	var err error
+	if fs != nil {
+		logits = fs.logits
+	} else if logits, err = be.Alloc(npu.F32, R, m.logitWidth()); err != nil {
 		fail(err)
 	}
 	var hidden *npu.Tensor

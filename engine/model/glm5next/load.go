@@ -91,6 +91,7 @@ func Load(be npu.Backend, dir string, opt LoadOptions) (*Model, error) {
 // Close releases the model's weights and scratch buffers and closes its
 // checkpoint; the model must not be used afterwards.
 func (m *Model) Close() error {
+	m.ReleaseGraphs()
 	m.ws.release()
 	for _, t := range m.owned {
 		m.be.Free(t)

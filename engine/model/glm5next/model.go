@@ -48,6 +48,9 @@ type Model struct {
 	// observeLinear is the running batch's ObserveLinear hook.
 	observeLinear func(modules []string, x *npu.Tensor)
 
+	// graphs are the decode graphs (CaptureDecodeGraphs), nil when none.
+	graphs *graphRunner
+
 	// pending is the engine's speculative step between SpecForward and
 	// SpecCommit.
 	pending *specPending

@@ -26,18 +26,20 @@ func (s *scratch) get(name string, dt npu.DType, shape ...int) *npu.Tensor {
 	}
 	b := s.bufs[name]
 	if b == nil || b.Numel() < n || b.DType() != dt {
-		if b != nil {
-			s.be.Free(b)
-		}
 		c := max(n, 1)
 		if b != nil && b.DType() == dt {
 			c = max(c, b.Numel()*5/4) // grow geometrically for slowly rising batch sizes
 		}
-		var err error
-		if b, err = s.be.Alloc(dt, c); err != nil {
-			delete(s.bufs, name)
+		// Allocate before freeing the old buffer: during a graph capture
+		// the Alloc is what fails, clearly, before anything is freed.
+		nb, err := s.be.Alloc(dt, c)
+		if err != nil {
 			fail(fmt.Errorf("glm5next: scratch %s: %w", name, err))
 		}
+		if b != nil {
+			s.be.Free(b)
+		}
+		b = nb
 		if s.bufs == nil {
 			s.bufs = map[string]*npu.Tensor{}
 		}
