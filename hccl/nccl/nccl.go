@@ -105,7 +105,7 @@ func loadLibrary(path string) error {
 	case -1:
 		return fmt.Errorf("hccl/nccl: %s does not load (set %s to the library's path, or install NCCL where the dynamic loader finds it): %s: %w", path, LibraryEnv, msg, hccl.ErrUnavailable)
 	default:
-		return fmt.Errorf("hccl/nccl: %s loads but is not a usable NCCL (2.17 or later): %s: %w", path, msg, hccl.ErrUnavailable)
+		return fmt.Errorf("hccl/nccl: %s loads but is not a usable NCCL: %s: %w", path, msg, hccl.ErrUnavailable)
 	}
 }
 
