@@ -17,8 +17,7 @@ const (
 	// callLimit bounds one NCCL call on the GPU's thread: enqueueing on a
 	// non-blocking communicator, creating one, finalizing or aborting it.
 	callLimit = 60 * time.Second
-	// drainLimit is how long the stream may take to drain after
-	// ncclCommAbort has told NCCL's kernels to stop.
+	// drainLimit bounds ncclCommFinalize in Close.
 	drainLimit = 10 * time.Second
 	// pollSlice is how often a wait looks at the stop flag and NCCL's
 	// asynchronous error: Abort and Close take effect within about it.
@@ -225,8 +224,7 @@ func (c *comm) run(k call) error {
 // enqueued before it), looking every pollSlice at the stop flag, NCCL's
 // asynchronous error and the deadline. pending says NCCL has not finished
 // enqueueing yet (ncclInProgress): the stream is waited for only once it
-// has. On a failure the communicator is aborted, which stops NCCL's
-// kernels, and the stream is given drainLimit to drain.
+// has. On a failure the communicator is aborted (abandon).
 func (c *comm) wait(what string, deadline time.Time, pending bool) error {
 	var done chan error
 	startSync := func() {
@@ -236,23 +234,22 @@ func (c *comm) wait(what string, deadline time.Time, pending bool) error {
 	if !pending {
 		startSync()
 	}
-	timer := time.NewTimer(0)
+	timer := time.NewTimer(pollSlice) // Reset below discards a stale expiry (Go 1.23 timers)
 	defer timer.Stop()
-	<-timer.C
 	for {
 		if c.stop.Load() {
-			return c.abandon(done, hccl.Errorf(hccl.ErrPoisoned, "%s: aborted while waiting for the stream", what))
+			return c.abandon(hccl.Errorf(hccl.ErrPoisoned, "%s: aborted while waiting for the stream", what))
 		}
 		switch e := libAsyncError(c.h); {
 		case e == ncclInProgress:
 		case e != ncclSuccess:
-			return c.abandon(done, resultError(what, e, c.h))
+			return c.abandon(resultError(what, e, c.h))
 		case done == nil:
 			startSync()
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return c.abandon(done, hccl.Errorf(hccl.ErrTimeout, "%s did not complete on the stream (NCCL does not say which rank is missing: look for the rank that did not reach this call; the limit also counts the backend's work enqueued before it)", what))
+			return c.abandon(hccl.Errorf(hccl.ErrTimeout, "%s did not complete on the stream (NCCL does not say which rank is missing: look for the rank that did not reach this call; the limit also counts the backend's work enqueued before it)", what))
 		}
 		slice := pollSlice
 		if done == nil {
@@ -261,14 +258,11 @@ func (c *comm) wait(what string, deadline time.Time, pending bool) error {
 		timer.Reset(min(slice, left))
 		select {
 		case err := <-done:
-			if !timer.Stop() {
-				<-timer.C
-			}
 			if err != nil {
-				return c.abandon(nil, fmt.Errorf("%s: the CUDA stream failed: %w", what, err))
+				return c.abandon(fmt.Errorf("%s: the CUDA stream failed: %w", what, err))
 			}
 			if e := libAsyncError(c.h); e != ncclSuccess && e != ncclInProgress {
-				return c.abandon(nil, resultError(what, e, c.h))
+				return c.abandon(resultError(what, e, c.h))
 			}
 			return nil
 		case <-timer.C:
@@ -276,19 +270,13 @@ func (c *comm) wait(what string, deadline time.Time, pending bool) error {
 	}
 }
 
-// abandon aborts the NCCL communicator after a failure and waits for the
-// stream's sync (done, if started) to return.
-func (c *comm) abandon(done chan error, err error) error {
+// abandon aborts the NCCL communicator after a failure, which tells
+// NCCL's kernels to stop. It does not wait for the stream to drain: the
+// sync started by wait (if any) returns in the background once the work
+// enqueued before the collective is done, and touches nothing else.
+func (c *comm) abandon(err error) error {
 	c.abortNCCL()
-	if done == nil {
-		return err
-	}
-	select {
-	case <-done:
-		return err
-	case <-time.After(drainLimit):
-		return fmt.Errorf("%w; the GPU's stream did not drain within %v of ncclCommAbort: the backend is unusable", err, drainLimit)
-	}
+	return err
 }
 
 // abortNCCL aborts and frees the ncclComm_t once; call it holding c.mu.
