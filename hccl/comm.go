@@ -180,6 +180,11 @@ type Options struct {
 	// ops that produce their inputs. 0 gives the communicator its own
 	// stream, and the caller must then Sync the backend first.
 	Stream uintptr
+	// Backend is the device backend whose tensors the communicator moves
+	// and on whose stream it enqueues its collectives (NCCL: the rank's
+	// *cuda.Backend, required), so they are ordered with the backend's
+	// ops. The TCP and HCCL transports ignore it.
+	Backend npu.Backend
 }
 
 // WithDefaults returns o with zero fields replaced by their defaults.
@@ -307,7 +312,9 @@ type Transport interface {
 }
 
 // RootOptions say where a new communicator's root lives: the TCP
-// transport listens on ListenHost, HCCL asks the runtime on Device.
+// transport listens on ListenHost, HCCL asks the runtime on Device; NCCL
+// needs neither (its root listens on the interface NCCL_SOCKET_IFNAME
+// picks, in the calling process).
 type RootOptions struct {
 	// ListenHost is the node's address on the network the ranks share
 	// (TCP; default 127.0.0.1).
@@ -353,6 +360,7 @@ func MemoryOf(c Comm) (npu.Memory, error) {
 const (
 	TransportTCP  = "tcp"
 	TransportHCCL = "hccl"
+	TransportNCCL = "nccl"
 )
 
 var (
@@ -391,12 +399,15 @@ func lookup(name string) (Transport, error) {
 		if name == TransportHCCL {
 			return nil, fmt.Errorf("hccl: transport %q is not linked into this binary (import github.com/npuserve/npuserve/hccl/ascend): %w", name, ErrUnavailable)
 		}
+		if name == TransportNCCL {
+			return nil, fmt.Errorf("hccl: transport %q is not linked into this binary (import github.com/npuserve/npuserve/hccl/nccl, or the npu/cuda backend that links it): %w", name, ErrUnavailable)
+		}
 		return nil, fmt.Errorf("hccl: transport %q is not in this build (it has: %s): %w", name, strings.Join(transportNames(), ", "), ErrUnavailable)
 	}
 	return t, nil
 }
 
-// Available says why transport ("tcp" or "hccl") cannot be used in this
+// Available says why transport ("tcp", "hccl" or "nccl") cannot be used in this
 // process, or returns nil. Launchers call it at start-up so that asking for
 // HCCL on a host without CANN fails at once with the reason.
 func Available(transport string) error {

@@ -1,6 +1,6 @@
 // Package hccl is npuserve's collective communication: one Comm interface
 // (all-reduce, all-gather, reduce-scatter, all-to-all(v), broadcast,
-// barrier, send/recv) over two transports.
+// barrier, send/recv) over three transports.
 //
 //   - "tcp" (this package): a full mesh of TCP connections between the
 //     ranks' processes, on one host or many, moving tensors of the CPU
@@ -8,6 +8,9 @@
 //     multi-node machinery on machines without NPUs.
 //   - "hccl" (package hccl/ascend, linked in by importing it): Huawei's HCCL
 //     through cgo, loaded at run time, moving device tensors on Ascend.
+//   - "nccl" (package hccl/nccl, linked in by the npu/cuda backend): NVIDIA's
+//     NCCL through cgo, loaded at run time, moving the CUDA backend's device
+//     tensors on its stream.
 //
 // # Bootstrap
 //

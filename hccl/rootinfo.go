@@ -17,7 +17,8 @@ import (
 // TCP root infos read "tcp://<host>:<port>/<session>": the root's bootstrap
 // address and a random 128-bit session id, so connections from another job
 // or a stale launch are rejected. HCCL root infos read "hccl:<base64 of the
-// 4108-byte HcclRootInfo>".
+// 4108-byte HcclRootInfo>", NCCL ones "nccl:<base64 of the 128-byte
+// ncclUniqueId>".
 type RootInfo struct {
 	transport string
 	data      string
@@ -29,7 +30,7 @@ func MakeRootInfo(transport, data string) RootInfo {
 	return RootInfo{transport: transport, data: data}
 }
 
-// Transport is "tcp" or "hccl".
+// Transport is "tcp", "hccl" or "nccl".
 func (r RootInfo) Transport() string { return r.transport }
 
 // Data is the transport-specific payload.
@@ -57,8 +58,8 @@ func ParseRootInfo(s string) (RootInfo, error) {
 	regMu.Lock()
 	_, registered := transports[tr]
 	regMu.Unlock()
-	if !registered && tr != TransportHCCL {
-		return RootInfo{}, fmt.Errorf("hccl: root info %q: unknown transport %q (want tcp or hccl): %w", abbrev(s), tr, ErrInvalid)
+	if !registered && tr != TransportHCCL && tr != TransportNCCL {
+		return RootInfo{}, fmt.Errorf("hccl: root info %q: unknown transport %q (want tcp, hccl or nccl): %w", abbrev(s), tr, ErrInvalid)
 	}
 	if tr == TransportTCP {
 		if _, _, err := r.tcpAddr(); err != nil {

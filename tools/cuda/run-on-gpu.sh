@@ -33,8 +33,9 @@ build-all)
 	CGO_ENABLED=1 go test -c -ldflags='-s -w' -o .gpu/core.test ./engine/core/ || exit 1
 	CGO_ENABLED=1 go build -ldflags='-s -w' -o .gpu/npuserve ./cmd/npuserve || exit 1
 	CGO_ENABLED=1 go test -c -ldflags='-s -w' -o .gpu/cmd.test ./cmd/npuserve/ || exit 1
+	CGO_ENABLED=1 go test -c -ldflags='-s -w' -o .gpu/nccl.test ./hccl/nccl/ || exit 1
 	rm -f .gpu/*.xz
-	xz -T0 -6 .gpu/cuda.test .gpu/glm5next.test .gpu/core.test .gpu/npuserve .gpu/cmd.test || exit 1
+	xz -T0 -6 .gpu/cuda.test .gpu/glm5next.test .gpu/core.test .gpu/npuserve .gpu/cmd.test .gpu/nccl.test || exit 1
 	ls -la .gpu
 	;;
 session)
