@@ -41,6 +41,7 @@ func benchCommand() *cli.Command {
 				Action: runBenchDecode,
 			},
 			benchServeCommand(),
+			benchSpecCommand(),
 		},
 	}
 }
