@@ -97,8 +97,9 @@ class IdentityHC(nn.Module):
     def forward(self, hidden_streams):
         b, s, n, _ = hidden_streams.shape
         assert n == self.n, (n, self.n)
-        post = torch.ones(b, s, n, dtype=torch.float32)
-        comb = torch.eye(n, dtype=torch.float32).expand(b, s, n, n)
+        dev = hidden_streams.device
+        post = torch.ones(b, s, n, dtype=torch.float32, device=dev)
+        comb = torch.eye(n, dtype=torch.float32, device=dev).expand(b, s, n, n)
         return post, comb, hidden_streams[:, :, 0]
 
 
