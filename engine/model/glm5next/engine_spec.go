@@ -144,7 +144,7 @@ func (e engineModel) SpecCommit(mc model.Cache, sc *model.SpecCommit) (drafts []
 	h := m.ws.get("spec.h", npu.F32, len(hrows), m.d.D)
 	be.Gather(h, p.hidden, m.ws.upload("spec.hrows", hrows))
 	if len(drafting) == 0 {
-		l, g := m.mtpForward(c, &ext, h, m.ws.upload("mtp.ids", ext.Tokens))
+		l, g := m.mtpForward(c, &ext, h, m.ws.upload("mtp.ids", ext.Tokens), nil)
 		be.Free(l)
 		be.Free(g)
 		return drafts, nil

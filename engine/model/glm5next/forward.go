@@ -37,6 +37,11 @@ type plan struct {
 	logitRows *npu.Tensor // I32 [R], nil when every row is wanted in order
 	nLogits   int
 	fresh     []int // state slots of sequences starting at position 0
+
+	// sel, when set, is the selection [rows, width] the DSA layers use
+	// instead of running their indexers (MTP draft steps under
+	// index_share_for_mtp_iteration).
+	sel *npu.Tensor
 }
 
 // Forward runs the batch through the model, writing its cache entries, and
@@ -261,7 +266,8 @@ const kdaChunk = 64
 // dsa is a DeepSeek sparse attention layer (§4.4–4.5): NoPE MLA over the
 // positions its k-pool indexer selects (or, on a "shared" layer, over the
 // previous layer's selection, still in the "sel" scratch buffer).
-func (m *Model) dsa(out, h *npu.Tensor, ly *layer, lc *LayerCache, b *Batch, p *plan) {
+// dsa is one DSA attention sublayer; it returns the selection it used.
+func (m *Model) dsa(out, h *npu.Tensor, ly *layer, lc *LayerCache, b *Batch, p *plan) *npu.Tensor {
 	be, d, T := m.be, m.d, p.rows
 	w, L := ly.mla, p.seqs
 	qa := m.ws.get("dsa.qa", npu.F32, T, d.QR)
@@ -276,8 +282,11 @@ func (m *Model) dsa(out, h *npu.Tensor, ly *layer, lc *LayerCache, b *Batch, p *
 	be.RMSNorm(lat, kva, w.kvANorm, d.RMSEps)
 	be.Scatter(lc.Latent, lat, p.rowSlots)
 
-	sel := m.ws.get("sel", npu.I32, T, d.SelW)
-	if x := w.idx; x != nil {
+	sel := p.sel
+	if sel == nil {
+		sel = m.ws.get("sel", npu.I32, T, d.SelW)
+	}
+	if x := w.idx; x != nil && p.sel == nil {
 		qi := m.ws.get("idx.q", npu.F32, T, d.Hi*d.Di)
 		m.linear(qi, cq, x.wqB)
 		kraw := m.ws.get("idx.kraw", npu.F32, T, d.Di)
@@ -308,6 +317,7 @@ func (m *Model) dsa(out, h *npu.Tensor, ly *layer, lc *LayerCache, b *Batch, p *
 	attn := m.ws.get("dsa.attn", npu.F32, T, d.HA*d.Dv)
 	be.SparseMLA(attn, q, lc.Latent, w.kvB, sel, L, d.HA, d.Dk, d.Dv, float32(1/math.Sqrt(float64(d.Dk))))
 	m.linear(out, attn, w.o)
+	return sel
 }
 
 // mlp is a dense clamped-SwiGLU MLP.

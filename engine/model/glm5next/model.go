@@ -51,6 +51,10 @@ type Model struct {
 	// pending is the engine's speculative step between SpecForward and
 	// SpecCommit.
 	pending *specPending
+
+	// noMTPIndexShare turns index_share_for_mtp_iteration off (tests
+	// against the unshared reference chain).
+	noMTPIndexShare bool
 }
 
 // dims are the sizes the forward pass uses, derived from the config.

@@ -390,6 +390,10 @@ func TestMTPGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
+	// tools/golden/mtp_golden.py's chain runs the MTP indexer at every
+	// step (transformers has no top-k sharing); the fixture's config asks
+	// for index_share_for_mtp_iteration, which TestSpecIndexShare covers.
+	m.noMTPIndexShare = true
 	for i, p := range g.Prompts {
 		T := len(p)
 		c, bt := specCache(t, m, 1, T+g.K+8)

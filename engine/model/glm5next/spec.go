@@ -187,7 +187,25 @@ func (m *Model) draft(c *Cache, ext *Batch, h *npu.Tensor, seqs []*SpecSeq, k in
 		}
 	}()
 	be, B := m.be, len(seqs)
-	logits, g := m.mtpForward(c, ext, h, m.ws.upload("mtp.ids", ext.Tokens))
+	var keep *mtpShare
+	if m.shareMTPIndex(k) {
+		// Step 0's query rows are its logit rows: one per drafting sequence.
+		rows := ext.LogitRows
+		if rows == nil {
+			L := &ext.Layout
+			for s := range L.NumSeqs() {
+				if L.SeqRows(s) > 0 {
+					rows = append(rows, L.QueryStart[s+1]-1)
+				}
+			}
+		}
+		r32 := make([]int32, len(rows))
+		for i, r := range rows {
+			r32[i] = int32(r)
+		}
+		keep = &mtpShare{keep: m.ws.get("spec.sel0", npu.I32, B, m.d.SelW), keepRows: m.ws.upload("spec.sel0rows", r32)}
+	}
+	logits, g := m.mtpForward(c, ext, h, m.ws.upload("mtp.ids", ext.Tokens), keep)
 	all := m.ws.get("spec.drafts", npu.I32, k, B)
 	vals := m.ws.get("spec.topv", npu.F32, B, 1)
 	be.TopK(vals, all.Rows(0, 1).Reshape(B, 1), logits, 1)
@@ -205,7 +223,11 @@ func (m *Model) draft(c *Cache, ext *Batch, h *npu.Tensor, seqs []*SpecSeq, k in
 		be.Copy(gh, g)
 		be.Free(g)
 		var l *npu.Tensor
-		l, g = m.mtpForward(c, &step, gh, all.Rows(j-1, j).Reshape(B))
+		var use *mtpShare
+		if keep != nil {
+			use = &mtpShare{use: m.sharedSelection(keep.keep, seqs, j, k)}
+		}
+		l, g = m.mtpForward(c, &step, gh, all.Rows(j-1, j).Reshape(B), use)
 		be.TopK(vals, all.Rows(j, j+1).Reshape(B, 1), l, 1)
 		be.Free(l)
 	}
@@ -221,6 +243,59 @@ func (m *Model) draft(c *Cache, ext *Batch, h *npu.Tensor, seqs []*SpecSeq, k in
 		}
 	}
 	return drafts, nil
+}
+
+// shareMTPIndex reports whether a k-token draft chain shares step 0's
+// indexer selection (index_share_for_mtp_iteration, an MTP layer with its
+// own indexer, more than one step).
+func (m *Model) shareMTPIndex(k int) bool {
+	return k > 1 && m.cfg.IndexShareForMTPIteration && !m.noMTPIndexShare && m.mtp.block.mla.idx != nil
+}
+
+// sharedSelection builds the selection of draft step j >= 1 from step 0's
+// sel0 [B, SelW] (glm5next-features.md §2.1, "step 0 computes top-k,
+// steps 1+ reuse"): for sequence i, whose step 0 query sat at position
+// q0 = seqs[i].Pos-1, the positions of the pools step 0 chose (its first
+// min(TopKPools, (q0+1)/kpool)*kpool entries, DSAIndex's order), then,
+// with the tail rule, every position from step 0's tail start
+// ((q0+1)/kpool*kpool) through the step's own position q0+j, so each step
+// still sees itself and the drafts before it; -1 pads the row. The width
+// is SelW + k - 1 (the tail grows by one per step). The pool entries are
+// copied on the device (gather then scatter); the rest is host data.
+// The chain rows' index keys and pools are not written: every chain
+// position is rewritten by the next draft-extend before an indexer reads
+// it.
+func (m *Model) sharedSelection(sel0 *npu.Tensor, seqs []*SpecSeq, j, k int) *npu.Tensor {
+	B, sw := len(seqs), m.d.SelW
+	W := sw + k - 1
+	kp, topk := m.index.KPool, m.index.TopKPools
+	words := make([]int32, B*W)
+	for i := range words {
+		words[i] = -1
+	}
+	var src, dst []int32
+	for i, s := range seqs {
+		q0 := s.Pos - 1
+		vis := (q0 + 1) / kp
+		n := min(topk, vis) * kp
+		for c := range n {
+			src = append(src, int32(i*sw+c))
+			dst = append(dst, int32(i*W+c))
+		}
+		if m.index.Tail {
+			for pos := vis * kp; pos <= q0+j; pos++ {
+				words[i*W+n] = int32(pos)
+				n++
+			}
+		}
+	}
+	use := m.ws.upload("spec.selj", words).Reshape(B, W)
+	if len(src) > 0 {
+		vals := m.ws.get("spec.selvals", npu.I32, len(src), 1)
+		m.be.Gather(vals, sel0.Reshape(B*sw, 1), m.ws.upload("spec.selsrc", src))
+		m.be.Scatter(use.Reshape(B*W, 1), vals, m.ws.upload("spec.seldst", dst))
+	}
+	return use
 }
 
 // addSeq appends sequence s with n rows at s.Pos to layout l.
