@@ -337,6 +337,12 @@ type mtpGolden struct {
 	Next     []int32   `json:"next_token"`
 	Drafts   [][]int32 `json:"drafts"`
 	Verify   [][]int32 `json:"verify_greedy"`
+	// DraftsShared is the chain under index_share_for_mtp_iteration
+	// (mtp_golden.py --index-share; absent otherwise).
+	DraftsShared [][]int32 `json:"drafts_shared"`
+	Margins      struct {
+		SharedArgmax float64 `json:"shared_argmax"`
+	} `json:"margins"`
 }
 
 // TestMTPGolden compares the MTP layer loaded from testdata/glm5next/mtp

@@ -106,7 +106,9 @@ func TestSpecIndexShareSelection(t *testing.T) {
 // index_topk/kpool pools visible to the whole chain) both select the same
 // positions and draft the same tokens; on the golden prompts (29 and 70
 // tokens, sparse) step 0 still matches the unshared reference and sharing
-// changes a later draft (so it is in effect); greedy decoding with shared
+// changes a later draft (so it is in effect), and the shared chain equals
+// the reference's when the fixture has one (mtp_golden.py --index-share);
+// greedy decoding with shared
 // drafts stays lossless (TestSpecGreedyLossless runs shared too: tiny's
 // config asks for it).
 func TestSpecIndexShare(t *testing.T) {
@@ -141,6 +143,13 @@ func TestSpecIndexShare(t *testing.T) {
 			t.Errorf("prompt %d: next %d first draft %d, want %d %d (step 0 does not share)", i, next, d[0], g.Next[i], g.Drafts[i][0])
 		}
 		changed = changed || !slices.Equal(d, g.Drafts[i])
+		if len(g.DraftsShared) > i {
+			if !slices.Equal(d, g.DraftsShared[i]) && g.Margins.SharedArgmax >= 2e-4 {
+				t.Errorf("prompt %d: shared drafts %v, the reference's %v", i, d, g.DraftsShared[i])
+			}
+		} else if i == 0 {
+			t.Log("the fixture has no shared reference chain (made without mtp_golden.py --index-share)")
+		}
 		t.Logf("prompt %d (%d tokens): shared drafts %v, unshared reference %v", i, len(p), d, g.Drafts[i])
 	}
 	if !changed {
