@@ -13,17 +13,31 @@ import (
 )
 
 // TestSpecQuantizedMTP: the MTP fixture quantized to msmodelslim
-// W8A8_DYNAMIC (the MTP block copied through FLOAT, as Quantize and
-// msmodelslim's NextN recipes leave it) loads with its MTP layer; that
-// layer computes what the float checkpoint's does from the same trunk
-// hidden states (its weights are the float ones, copied through); and
-// greedy decoding with k = 3 drafts on the quantized model equals plain
-// greedy decoding of the quantized model.
+// W8A8_DYNAMIC loads with its MTP layer, both with the MTP block copied
+// through FLOAT (Quantize's default, as msmodelslim NextN recipes may leave
+// it) and with its linears quantized too (QuantizeOptions.MTP; eh_proj
+// stays FLOAT). From the same trunk hidden states the MTP layer computes
+// exactly what the float checkpoint's does in the first case and close to
+// it in the second; greedy decoding with k = 3 drafts on the quantized
+// model equals its plain greedy decoding; a quantized eh_proj is refused.
 func TestSpecQuantizedMTP(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		quantMTP bool
+		tol      float64
+	}{
+		{"FLOAT MTP block", false, 0},
+		{"W8A8_DYNAMIC MTP block", true, 5e-2},
+	} {
+		t.Run(c.name, func(t *testing.T) { testSpecQuantizedMTP(t, c.quantMTP, c.tol) })
+	}
+}
+
+func testSpecQuantizedMTP(t *testing.T, quantMTP bool, tol float64) {
 	be := nputest.Open(0)
 	m0, g := mtpFixture(t, be)
 	qDir := t.TempDir()
-	if _, err := Quantize(filepath.Join(mtpFixtureRoot, "mtp"), qDir, QuantizeOptions{Scheme: quant.W8A8Dynamic}); err != nil {
+	if _, err := Quantize(filepath.Join(mtpFixtureRoot, "mtp"), qDir, QuantizeOptions{Scheme: quant.W8A8Dynamic, MTP: quantMTP}); err != nil {
 		t.Fatal(err)
 	}
 	mq, err := Load(be, qDir, LoadOptions{MTP: true})
@@ -34,8 +48,13 @@ func TestSpecQuantizedMTP(t *testing.T) {
 	if !mq.HasMTP() {
 		t.Fatal("the quantized checkpoint loaded without its MTP layer")
 	}
-	if _, err := Load(be, qDir, LoadOptions{}); err != nil {
+	if got := mq.mtp.block.mla.qA.q != nil; got != quantMTP {
+		t.Errorf("MTP q_a_proj quantized %v, want %v", got, quantMTP)
+	}
+	if m, err := Load(be, qDir, LoadOptions{}); err != nil {
 		t.Fatalf("loading without the MTP layer: %v", err)
+	} else {
+		m.Close()
 	}
 	// A quantized eh_proj is refused by name (the loader splits it).
 	descPath := filepath.Join(qDir, quant.DescriptionFile)
@@ -95,7 +114,7 @@ func TestSpecQuantizedMTP(t *testing.T) {
 	}
 	want := rows(m0, c0)
 	cq, _ := specCache(t, mq, 1, T+8)
-	if d := relRows(rows(mq, cq), want); d > 2e-2 {
+	if d := relRows(rows(mq, cq), want); d > tol {
 		t.Errorf("quantized checkpoint's MTP logits differ from the float one's by %.3g (rel)", d)
 	} else {
 		t.Logf("MTP logits from the same hidden states: max rel diff %.3g", d)
