@@ -232,20 +232,24 @@ func (m *Model) mtpForward(c *Cache, b *Batch, h, ids *npu.Tensor, share *mtpSha
 	m.tpAllReduce(out)
 	a := m.ws.get("mtp.a", npu.F32, T, d.D)
 	be.Add(a, u0, out)
-	be.RMSNorm(x, a, w.block.postNorm, d.RMSEps)
-	m.moeFFN(out, x, w.block.moe, T)
-	m.tpAllReduce(out)
-	u1 := m.ws.get("mtp.u1", npu.F32, T, d.D)
-	be.Add(u1, a, out)
 	if R == 0 {
 		return logits, g
 	}
-	rows := u1
+	// Only the attention half writes the cache: the MoE half runs on the
+	// logit rows alone (exact, row by row; glm5next-features.md §2.2).
+	rows := a
 	if p.logitRows != nil {
 		rows = m.ws.get("mtp.rows", npu.F32, R, d.D)
-		be.Gather(rows, u1, p.logitRows)
+		be.Gather(rows, a, p.logitRows)
 	}
-	be.RMSNorm(g, rows, w.headNorm, d.RMSEps)
+	x2 := m.ws.get("mtp.x2", npu.F32, R, d.D)
+	be.RMSNorm(x2, rows, w.block.postNorm, d.RMSEps)
+	f := m.ws.get("mtp.ffn", npu.F32, R, d.D)
+	m.moeFFN(f, x2, w.block.moe, R)
+	m.tpAllReduce(f)
+	u1 := m.ws.get("mtp.u1", npu.F32, R, d.D)
+	be.Add(u1, rows, f)
+	be.RMSNorm(g, u1, w.headNorm, d.RMSEps)
 	m.lmLogits(logits, g)
 	return logits, g
 }
