@@ -38,6 +38,11 @@ type plan struct {
 	nLogits   int
 	fresh     []int // state slots of sequences starting at position 0
 
+	// capture, when set, receives every KDA layer's per-row inputs;
+	// layer is the index of the layer being computed.
+	capture *kdaCapture
+	layer   int
+
 	// sel, when set, is the selection [rows, width] the DSA layers use
 	// instead of running their indexers (MTP draft steps under
 	// index_share_for_mtp_iteration).
@@ -105,6 +110,7 @@ const (
 func (m *Model) forward(c *Cache, b *Batch, keep hiddenMode) (*npu.Tensor, *npu.Tensor) {
 	be, d := m.be, m.d
 	p := m.prepare(c, b)
+	p.capture = m.kdaCap
 	T := p.rows
 	m.observeLinear = b.ObserveLinear
 	defer func() { m.observeLinear = nil }()
@@ -145,6 +151,7 @@ func (m *Model) forward(c *Cache, b *Batch, keep hiddenMode) (*npu.Tensor, *npu.
 		be.HCPre(col, post, comb, x, ly.hcAttn.fn, ly.hcAttn.base, ly.hcAttn.scale, m.hc)
 		be.RMSNorm(h, col, ly.inNorm, d.RMSEps)
 		if ly.kda != nil {
+			p.layer = l
 			m.kda(out, h, ly.kda, lc, p.seqs, p)
 		} else {
 			m.dsa(out, h, ly, lc, b, p)
@@ -245,6 +252,9 @@ func (m *Model) kda(out, h *npu.Tensor, w *kdaWeights, lc *LayerCache, L *npu.Se
 	beta := m.ws.get("kda.beta", npu.F32, T, d.H)
 	m.linear(beta, h, w.b)
 	be.Sigmoid(beta, beta)
+	if cp := p.capture; cp != nil {
+		cp.keep(m, p.layer, qkv, g, beta)
+	}
 	o := m.ws.get("kda.o", npu.F32, T, hk)
 	chunk := kdaChunk
 	if p.decode {
