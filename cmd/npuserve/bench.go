@@ -42,6 +42,7 @@ func benchCommand() *cli.Command {
 				Action: runBenchDecode,
 			},
 			benchServeCommand(),
+			benchSpecCommand(),
 		},
 	}
 }

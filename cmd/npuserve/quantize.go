@@ -33,6 +33,7 @@ func quantizeCommand() *cli.Command {
 			&cli.StringFlag{Name: "calib-prompts", Usage: "calibration prompts, JSON lines: a string or an array of token ids (required for w8a8)"},
 			&cli.StringSliceFlag{Name: "skip", Usage: "keep linears whose module name matches this regular expression FLOAT (repeatable), e.g. 'layers\\.0\\.' or 'shared_experts'"},
 			&cli.BoolFlag{Name: "all-linears", Usage: "also quantize lm_head, the KDA gate projections and the indexer weights_proj"},
+			&cli.BoolFlag{Name: "mtp", Usage: "also quantize the MTP layer's linears like a trunk layer's (eh_proj stays FLOAT; default: the MTP layer is copied through FLOAT)"},
 			&cli.StringFlag{Name: "mx-scale-alg", Value: "mse", Usage: "MXFP8 weight scales: mse (per block the better of ocp and roundup), ocp or roundup"},
 			&cli.IntFlag{Name: "threads", Value: 0, Usage: "CPU threads for calibration (0 = all)"},
 			deviceFlag(),
@@ -59,7 +60,7 @@ func runQuantize(c *cli.Context) error {
 	}
 	in, out := c.String("model"), c.String("out")
 	opt := glm5next.QuantizeOptions{
-		Scheme: s, Skip: c.StringSlice("skip"), AllLinears: c.Bool("all-linears"), MXScaleAlg: alg,
+		Scheme: s, Skip: c.StringSlice("skip"), AllLinears: c.Bool("all-linears"), MTP: c.Bool("mtp"), MXScaleAlg: alg,
 		Log: logrus.Infof,
 	}
 	if isatty.IsTerminal(os.Stderr.Fd()) {

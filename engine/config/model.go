@@ -81,6 +81,9 @@ type ModelConfig struct {
 
 	// MTP
 	NumNextnPredictLayers int `json:"num_nextn_predict_layers"`
+	// IndexShareForMTPIteration: MTP draft steps after the first reuse
+	// the first step's indexer selection (glm5next-features.md §2.1).
+	IndexShareForMTPIteration bool `json:"index_share_for_mtp_iteration"`
 
 	// Top-level (multimodal wrapper) fields kept for later parts.
 	ImageTokenID int             `json:"-"`

@@ -20,6 +20,9 @@ type fakeEngine struct {
 	vocab  int
 	eos    int32
 	delay  time.Duration
+	// chunk > 1 sends up to chunk tokens per output, as an accepted
+	// speculative run does.
+	chunk  int
 	script func(r *core.Request) []int32
 
 	mu      sync.Mutex
@@ -81,6 +84,18 @@ func (f *fakeEngine) Add(r *core.Request) (<-chan core.Output, error) {
 			ch <- out
 		}
 		n := 0
+		var pend core.Output // tokens held back to make a chunk
+		merge := func(out core.Output) core.Output {
+			if len(pend.Tokens) == 0 {
+				return out
+			}
+			out.Tokens = append(pend.Tokens, out.Tokens...)
+			if pend.Logprobs != nil {
+				out.Logprobs = append(pend.Logprobs, out.Logprobs...)
+			}
+			pend = core.Output{}
+			return out
+		}
 		for _, t := range toks {
 			if t < 0 { // scripted engine failure
 				final(core.Output{RequestID: r.ID, Err: errors.New("engine: step failed: boom")}, "error")
@@ -106,6 +121,7 @@ func (f *fakeEngine) Add(r *core.Request) (<-chan core.Output, error) {
 				}
 				out.Logprobs = []sampling.Token{lp}
 			}
+			out = merge(out)
 			stopID := slices.Contains(p.StopTokenIDs, t)
 			switch {
 			case t == f.eos && !p.IgnoreEOS && n > p.MinTokens:
@@ -122,9 +138,13 @@ func (f *fakeEngine) Add(r *core.Request) (<-chan core.Output, error) {
 				final(out, "length")
 				return
 			}
+			if len(out.Tokens) < f.chunk {
+				pend = out
+				continue
+			}
 			ch <- out
 		}
-		final(core.Output{RequestID: r.ID}, "length")
+		final(merge(core.Output{RequestID: r.ID}), "length")
 	}()
 	return ch, nil
 }

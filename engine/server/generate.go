@@ -93,40 +93,33 @@ func (c *choice) consume(out core.Output) delta {
 	if out.PromptTokens > 0 {
 		c.promptLen = out.PromptTokens
 	}
-	c.ids = append(c.ids, out.Tokens...)
-	c.lps = append(c.lps, out.Logprobs...)
-	d.tokens, d.logprobs = out.Tokens, out.Logprobs
-
+	// Tokens are taken one at a time so that a stop string inside a
+	// multi-token output (an accepted speculative run) ends the sequence
+	// at the token that completed it: token_ids and logprobs then hold
+	// nothing after it, as without speculation.
+	toks := out.Tokens
+	kept := len(toks)
 	// A sequence ended by a stop or EOS token does not show that token's
 	// text unless include_stop_str_in_output (vLLM's detokenizer).
-	toks := out.Tokens
-	if out.Finished && out.StopToken != nil && !c.opts.includeStop && len(toks) > 0 {
-		toks = toks[:len(toks)-1]
-	}
-	var added strings.Builder
-	if c.detok != nil {
-		for _, t := range toks {
-			if c.opts.skipSpecial && c.tok.IsSpecial(int(t)) {
-				continue
-			}
-			added.WriteString(c.detok.Add(int(t)))
+	hideLast := out.Finished && out.StopToken != nil && !c.opts.includeStop
+	for i, t := range toks {
+		c.ids = append(c.ids, t)
+		if i < len(out.Logprobs) {
+			c.lps = append(c.lps, out.Logprobs[i])
 		}
-		if out.Finished {
-			added.WriteString(c.detok.Flush())
+		if c.detok == nil || (hideLast && i == len(toks)-1) || (c.opts.skipSpecial && c.tok.IsSpecial(int(t))) {
+			continue
+		}
+		if c.addText(c.detok.Add(int(t)), out.Finished, &d) {
+			kept = i + 1
+			break
 		}
 	}
-	newText := added.String()
-	c.text += newText
-
-	if len(c.opts.stop) > 0 && newText != "" && len(c.ids) > c.opts.minTokens {
-		if stop, idx := checkStopStrings(c.text, len(newText), c.opts.stop, c.opts.includeStop); stop != "" {
-			if idx >= 0 {
-				c.text = c.text[:idx]
-			}
-			c.done, c.reason, c.stopReason = true, "stop", stop
-			d.stopped = !out.Finished
-		}
+	if out.Finished && !c.done && c.detok != nil {
+		c.addText(c.detok.Flush(), true, &d)
 	}
+	d.tokens = toks[:kept]
+	d.logprobs = out.Logprobs[:min(kept, len(out.Logprobs))]
 	if out.Finished && !c.done {
 		c.done = true
 		c.reason = out.FinishReason
@@ -159,6 +152,27 @@ func (c *choice) consume(out core.Output) delta {
 	}
 	d.finished = c.done
 	return d
+}
+
+// addText appends newly decoded text and reports whether a stop string
+// (checked once min_tokens are out) ended the sequence there; the text is
+// then cut and d.stopped says whether the engine request must be aborted
+// (final: the engine has finished it).
+func (c *choice) addText(newText string, final bool, d *delta) bool {
+	c.text += newText
+	if len(c.opts.stop) == 0 || newText == "" || len(c.ids) <= c.opts.minTokens {
+		return false
+	}
+	stop, idx := checkStopStrings(c.text, len(newText), c.opts.stop, c.opts.includeStop)
+	if stop == "" {
+		return false
+	}
+	if idx >= 0 {
+		c.text = c.text[:idx]
+	}
+	c.done, c.reason, c.stopReason = true, "stop", stop
+	d.stopped = !final
+	return true
 }
 
 // checkStopStrings is vLLM's StopChecker.check_stop_strings: the first

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -987,6 +988,84 @@ func TestCORS(t *testing.T) {
 			}
 			if c.status == 400 {
 				checkEnvelope(t, resp.StatusCode, b, errCase{status: 400, typ: "Bad Request", inMsg: "Disallowed CORS"})
+			}
+		})
+	}
+}
+
+// TestStopStringInAcceptedRun: a stop string completed inside a
+// multi-token output (an accepted speculative run) ends the sequence at
+// the token that completed it: text, token_ids, logprobs and usage equal
+// those of one token per output, and no token after the stop comes back.
+func TestStopStringInAcceptedRun(t *testing.T) {
+	tok, _ := loadTiny(t)
+	text := "alpha beta gamma delta epsilon zeta"
+	ids := tok.Encode(text, false)
+	type result struct {
+		text, finish, stopReason string
+		ids                      []int32
+		logprobs, usage          int
+	}
+	get := func(t *testing.T, chunk int, stop string, minToks int) result {
+		eng := newFakeEngine(textScript(t, text, true))
+		eng.chunk = chunk
+		ts, _ := startServer(t, eng, Options{})
+		body := fmt.Sprintf(`{"prompt":"q","max_tokens":50,"stop":[%q],"min_tokens":%d,"return_token_ids":true,"logprobs":1}`, stop, minToks)
+		code, _, out := post(t, ts.URL+"/v1/completions", body)
+		if code != 200 {
+			t.Fatalf("status %d: %s", code, out)
+		}
+		var resp struct {
+			Choices []struct {
+				Text         string  `json:"text"`
+				FinishReason string  `json:"finish_reason"`
+				StopReason   any     `json:"stop_reason"`
+				TokenIDs     []int32 `json:"token_ids"`
+				Logprobs     struct {
+					Tokens []string `json:"tokens"`
+				} `json:"logprobs"`
+			} `json:"choices"`
+			Usage struct {
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal(out, &resp); err != nil {
+			t.Fatal(err)
+		}
+		c := resp.Choices[0]
+		return result{c.Text, c.FinishReason, fmt.Sprint(c.StopReason), c.TokenIDs, len(c.Logprobs.Tokens), resp.Usage.CompletionTokens}
+	}
+	cases := []struct {
+		name    string
+		stop    string
+		minToks int
+	}{
+		{"mid run", "gamma", 0},
+		{"first token", "alpha", 0},
+		{"min_tokens past the first match", "a", 3},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			base := get(t, 1, c.stop, c.minToks)
+			n := len(base.ids)
+			if base.finish != "stop" || base.stopReason != c.stop || n == 0 || n >= len(ids) || n <= c.minToks {
+				t.Fatalf("one token per output: %+v (of %d tokens)", base, len(ids))
+			}
+			if base.logprobs != n || base.usage != n {
+				t.Fatalf("one token per output: %d logprobs, %d completion tokens for %d ids", base.logprobs, base.usage, n)
+			}
+			if c.minToks == 0 {
+				// The shortest prefix whose text holds the stop string.
+				if !strings.Contains(tok.Decode(ids[:n], true), c.stop) || strings.Contains(tok.Decode(ids[:n-1], true), c.stop) {
+					t.Fatalf("one token per output stopped after %d tokens %q", n, tok.Decode(ids[:n], true))
+				}
+			}
+			for _, chunk := range []int{2, 3, 5} {
+				got := get(t, chunk, c.stop, c.minToks)
+				if got.text != base.text || got.finish != base.finish || got.stopReason != base.stopReason ||
+					!slices.Equal(got.ids, base.ids) || got.logprobs != n || got.usage != n {
+					t.Errorf("chunk %d: %+v, want %+v", chunk, got, base)
+				}
 			}
 		})
 	}

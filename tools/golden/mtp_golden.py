@@ -57,9 +57,25 @@ golden.json: prompts, next_token (x_T per prompt), drafts (d_1..d_K per
 prompt), verify_greedy (argmax of each verify row), k, pos0_zero, margins,
 versions, seed.
 
+The chain above runs the MTP layer's indexer at every step. With
+--index-share the fixture also gets the chain under
+index_share_for_mtp_iteration, npuserve's rule (engine/model/glm5next
+spec.go sharedSelection): step 0 (the last prompt row) runs the indexer;
+step j >= 1 attends to the pools step 0 selected plus every position from
+step 0's tail start through its own position (a forward hook replaces the
+indexer's output; transformers turns the positions into a mask, so order
+and width do not matter):
+  draft_shared.logits.<i> [K, V]  the shared chain's draft logits
+  golden.json drafts_shared, margins.shared_argmax
+The script checks the hook on a short prompt, where every pool stays
+selectable and the shared chain must equal the unshared one. The seed
+search ignores the shared rows, so the rest of the fixture is unchanged.
+The committed fixture was made without --index-share (TestMTPGolden then
+checks the unshared chain only, with sharing turned off).
+
 Run from the repository root on the accelerator host (torch and
 transformers==5.17.0, no network; CPU fp32 is used):
-    python3 tools/golden/mtp_golden.py --src testdata/glm5next/tiny --out testdata/glm5next/mtp
+    python3 tools/golden/mtp_golden.py --src testdata/glm5next/tiny --out testdata/glm5next/mtp --index-share
 """
 
 import argparse
@@ -97,8 +113,9 @@ class IdentityHC(nn.Module):
     def forward(self, hidden_streams):
         b, s, n, _ = hidden_streams.shape
         assert n == self.n, (n, self.n)
-        post = torch.ones(b, s, n, dtype=torch.float32)
-        comb = torch.eye(n, dtype=torch.float32).expand(b, s, n, n)
+        dev = hidden_streams.device
+        post = torch.ones(b, s, n, dtype=torch.float32, device=dev)
+        comb = torch.eye(n, dtype=torch.float32, device=dev).expand(b, s, n, n)
         return post, comb, hidden_streams[:, :, 0]
 
 
@@ -186,6 +203,51 @@ class MTP:
         return out
 
 
+class IndexShare:
+    """index_share_for_mtp_iteration for the reference chain (see the
+    module doc): mode "keep" records the last row's selection of the MTP
+    indexer (step 0), mode "use" replaces the indexer's output for a
+    one-row chain step j with step 0's pools plus positions tail_start..q0+j."""
+
+    def __init__(self, block_model, kpool, tail):
+        mods = [m for m in block_model.modules() if isinstance(m, mg.Glm5NextTextIndexer)]
+        assert len(mods) == 1, f"{len(mods)} indexers in the MTP block"
+        self.kp, self.tail = kpool, tail
+        self.mode, self.sel0, self.q0, self.j = None, None, None, 0
+        self.calls = 0
+        self.handle = mods[0].register_forward_hook(self._hook)
+
+    def _hook(self, mod, args, out):
+        if self.mode == "keep":
+            self.sel0 = out[0, -1].clone()
+            return None
+        if self.mode != "use":
+            return None
+        assert out.shape[:2] == (1, 1), out.shape
+        vis = (self.q0 + 1) // self.kp
+        pools = [int(p) for p in self.sel0.tolist() if 0 <= p < vis * self.kp]
+        assert len(pools) % self.kp == 0, pools
+        row = pools + (list(range(vis * self.kp, self.q0 + self.j + 1)) if self.tail else [])
+        self.calls += 1
+        return torch.tensor(row, dtype=out.dtype, device=out.device).view(1, 1, -1)
+
+    def chain(self, mtp, h, toks):
+        """The shared k=K chain from the last of the rows (h, toks) at
+        positions 0..len-1: (draft tokens, draft logits [K, V])."""
+        S = len(toks)
+        self.mode = "keep"
+        lg, g, cache = mtp.step(h, toks, POS0_ZERO, None)
+        self.mode = None
+        drafts, rows, gl = [int(lg[-1].argmax())], [lg[-1]], g[-1:]
+        for j in range(1, K):
+            self.mode, self.q0, self.j = "use", S - 1, j
+            l1, gl, cache = mtp.step(gl, [drafts[-1]], False, cache)
+            self.mode = None
+            drafts.append(int(l1[0].argmax()))
+            rows.append(l1[0])
+        return drafts, torch.stack(rows)
+
+
 def argmax_margin(row):
     srt = row.sort(descending=True)[0]
     return ((srt[0] - srt[1]) / srt.abs().max()).item()
@@ -197,6 +259,42 @@ def trunk_hidden(trunk, ids):
         h = out.last_hidden_state[0].float()
         logits = trunk.lm_head(h).float()
     return h, logits, out.past_key_values
+
+
+def unshared_chain(mtp, h, toks):
+    """The k=K chain without sharing from the last of the rows (h, toks)."""
+    lg, g, cache = mtp.step(h, toks, POS0_ZERO, None)
+    drafts, rows, gl = [int(lg[-1].argmax())], [lg[-1]], g[-1:]
+    for _ in range(1, K):
+        l1, gl, cache = mtp.step(gl, [drafts[-1]], False, cache)
+        drafts.append(int(l1[0].argmax()))
+        rows.append(l1[0])
+    return drafts, torch.stack(rows)
+
+
+def shared_goldens(trunk, mtp, share, prompts, res):
+    """The chains under index sharing, added to res (after the seed search,
+    with no Recorder attached, so the rest of the fixture is unchanged)."""
+    res["drafts_shared"], res["shared_margin"] = [], float("inf")
+    for i, p in enumerate(prompts):
+        h, _, _ = trunk_hidden(trunk, p)
+        toks = p[1:] + [res["next"][i]]
+        # The hook on a short prefix (every pool selectable: at most
+        # index_topk/kpool pools visible to the whole chain) must not
+        # change the chain.
+        n = max(2, share.kp * mtp_topk_pools(trunk) - K)
+        ds, dls = share.chain(mtp, h[:n], toks[:n])
+        du, dlu = unshared_chain(mtp, h[:n], toks[:n])
+        assert share.calls > 0, "the index-share hook never ran"
+        assert ds == du and mf.rel(dls, dlu) < 1e-5, f"prompt {i}: shared chain on a dense prefix differs: {ds} vs {du}"
+        ds, dls = share.chain(mtp, h, toks)
+        dl = res["tensors"][f"draft.logits.{i}"]
+        assert ds[0] == res["drafts"][i][0] and mf.rel(dls[:1], dl[:1]) < 1e-6, "step 0 must not change under sharing"
+        for r in dls:
+            res["shared_margin"] = min(res["shared_margin"], argmax_margin(r))
+        res["tensors"][f"draft_shared.logits.{i}"] = dls
+        res["drafts_shared"].append(ds)
+        print(f"mtp: prompt {i}: shared drafts {ds}, unshared {res['drafts'][i]}", flush=True)
 
 
 def evaluate(trunk, mtp, prompts, golden_src):
@@ -256,11 +354,18 @@ def evaluate(trunk, mtp, prompts, golden_src):
     return res, margin
 
 
+def mtp_topk_pools(trunk):
+    tc = trunk.config.text_config
+    return tc.index_topk // tc.index_kpool
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--src", default="testdata/glm5next/tiny")
     ap.add_argument("--out", default="testdata/glm5next/mtp")
     ap.add_argument("--seed", type=int, default=11000)
+    ap.add_argument("--index-share", action="store_true",
+                    help="also write the draft chain under index_share_for_mtp_iteration (npuserve's rule)")
     args = ap.parse_args()
     import transformers
     from safetensors.torch import load_file
@@ -304,6 +409,10 @@ def main():
     else:
         sys.exit("mtp: no seed with clear margins")
 
+    if args.index_share:
+        share = IndexShare(mtp.block_model, tc.index_kpool, tc.index_kpool_always_select_tail)
+        shared_goldens(trunk, mtp, share, prompts, res)
+        share.handle.remove()
     mtp_tensors = mtp.state_tensors(L, os.path.join(args.out + ".tmp"))
     # The MTP block's tensor names must be the trunk's DSA+MoE layer names without mHC.
     ref_layer = next(l for l in range(L) if tc.layer_types[l] == "deepseek_sparse_attention" and tc.mlp_layer_types[l] == "sparse")
@@ -342,8 +451,12 @@ def main():
         "drafts": res["drafts"],
         "verify_greedy": res["verify_greedy"],
         "margins": {"argmax": margin, "router": router, "index_last_call": index},
+        "index_share": bool(args.index_share),
         "mtp_layer": L,
     }
+    if args.index_share:
+        meta["drafts_shared"] = res["drafts_shared"]
+        meta["margins"]["shared_argmax"] = res["shared_margin"]
     with open(os.path.join(args.out, "golden.json"), "w") as f:
         json.dump(meta, f, indent=1)
     for f in sorted(os.listdir(args.out)):

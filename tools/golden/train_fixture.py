@@ -19,6 +19,34 @@ Run from the repository root on a host with torch and transformers==5.17.0
 (a GPU makes training take a minute; the CPU works, slower):
     python3 tools/golden/train_fixture.py --out testdata/glm5next
 
+--mtp trains only an MTP draft layer for the existing trained fixture (its
+trunk frozen, so every golden of `trained` stays valid) and writes a sibling
+fixture:
+
+  testdata/glm5next/trained-mtp/    trained's files, model.safetensors with
+                                    the MTP tensors (layer num_hidden_layers)
+                                    added, mtp.json (training, held-out MTP
+                                    accuracy, greedy chain acceptance)
+
+    python3 tools/golden/train_fixture.py --mtp --out testdata/glm5next
+
+The MTP layer is mtp_golden.py's reference (enorm, hnorm, eh_proj, one
+plain-residual DSA + MoE block built from transformers' classes,
+shared_head.norm; the trunk's embedding and lm_head, frozen), trained with
+the next-next-token objective: the row at position t, fed the trunk's
+final-normed hidden h_t and the true token x_{t+1} (embedding zeroed at
+position 0, vLLM's rule), predicts x_{t+2}. Teacher forcing only (the
+chained steps at inference recycle the post-shared_head.norm hidden, which
+training never sees; positions >= 1 accept less, as in DeepSeek's MTP).
+mtp.json's chain acceptance: for every start s in the trunk's greedy
+continuation of held-out prompts, the k=3 greedy chain from (h_{s-1}, x_s)
+and the fraction of starts whose first j drafts all match the trunk's
+greedy tokens (what `npuserve bench spec` reports, up to which starts a
+decode visits). The script checks that the trunk tensors are copied
+unchanged, that the MTP names are layer-L versions of a trunk DSA + MoE
+layer's, that training lowered the loss and that the first draft is
+accepted at least 20 % of the time on held-out text.
+
 Training: AdamW, batch 32 x 128 tokens, cosine schedule, for --steps steps
 or --max-seconds, whichever ends first; the routers' correction bias follows
 the auxiliary-loss-free balancing rule (bias += 1e-3 * sign(mean load - load)).
@@ -172,6 +200,195 @@ def heldout_stats(model, windows, device):
             "heldout_mean_top1_prob": round(tot_p / n, 4), "heldout_tokens": int(n)}
 
 
+def mtp_forward(trunk, mtp, x):
+    """The MTP layer teacher-forced over batch x [B, S+2]: trunk hidden of
+    x[:, :S] (frozen), next tokens x[:, 1:S+1]; returns logits [B, S, V]
+    predicting x[:, 2:S+2]."""
+    S = x.shape[1] - 2
+    with torch.no_grad():
+        h = trunk.model.language_model(input_ids=x[:, :S], use_cache=False).last_hidden_state.float()
+        e = trunk.model.language_model.embed_tokens(x[:, 1:S + 1]).float().clone()
+        e[:, 0] = 0  # position 0 (vLLM's rule)
+    u0 = mtp.eh_proj(torch.cat([mtp.enorm(e), mtp.hnorm(h)], dim=-1))
+    gh = mtp.stack(inputs_embeds=u0, use_cache=False).last_hidden_state
+    return trunk.lm_head(gh).float()
+
+
+def mtp_params(mtp):
+    blk = [p for n, p in mtp.block_model.named_parameters()
+           if not n.startswith("model.visual") and "embed_tokens" not in n and not n.startswith("lm_head")]
+    return blk + list(mtp.enorm.parameters()) + list(mtp.hnorm.parameters()) + list(mtp.eh_proj.parameters())
+
+
+def train_mtp(trunk, mtp, data, steps, max_seconds, device, lr, seed):
+    trunk.to(device).eval()
+    for p in trunk.parameters():
+        p.requires_grad_(False)
+    for mod in (mtp.block_model, mtp.enorm, mtp.hnorm, mtp.eh_proj):
+        mod.to(device).train()
+    routers = [m for m in mtp.block_model.modules() if isinstance(m, mg.Glm5NextTextTopkRouter)]
+    loads = {}
+
+    def hook(m, args, out):
+        loads[id(m)] = torch.bincount(out[2].reshape(-1), minlength=m.num_experts).float()
+
+    handles = [r.register_forward_hook(hook) for r in routers]
+    params = mtp_params(mtp)
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=lr, betas=(0.9, 0.95))
+    warm = 30
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))))
+    g = torch.Generator().manual_seed(seed)
+    start = time.time()
+    curve = []
+    step = 0
+    for step in range(steps):
+        if time.time() - start > max_seconds:
+            break
+        idx = torch.randint(0, len(data) - SEQ - 3, (BATCH,), generator=g)
+        x = torch.stack([data[i:i + SEQ + 2] for i in idx]).to(device)
+        lg = mtp_forward(trunk, mtp, x)
+        loss = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), x[:, 2:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        with torch.no_grad():
+            for r in routers:
+                ld = loads.get(id(r))
+                if ld is not None:
+                    r.e_score_correction_bias.add_(1e-3 * torch.sign(ld.mean() - ld))
+        if step % 25 == 0 or step == steps - 1:
+            curve.append([step, round(loss.item(), 4)])
+            print(f"mtp step {step} loss {loss.item():.4f} {time.time() - start:.1f}s", flush=True)
+    for h in handles:
+        h.remove()
+    trunk.to("cpu")
+    for mod in (mtp.block_model, mtp.enorm, mtp.hnorm, mtp.eh_proj):
+        mod.to("cpu").float().eval()
+    return curve, step + 1, time.time() - start
+
+
+@torch.no_grad()
+def mtp_heldout(trunk, mtp, windows):
+    """Teacher-forced next-next-token loss and top-1 accuracy on held-out windows."""
+    tot_loss = tot_acc = n = 0.0
+    for w in windows:
+        x = torch.tensor([w])
+        lg = mtp_forward(trunk, mtp, x)[0]
+        y = x[0, 2:]
+        tot_loss += torch.nn.functional.cross_entropy(lg, y, reduction="sum").item()
+        tot_acc += (lg.argmax(-1) == y).sum().item()
+        n += len(y)
+    return {"mtp_heldout_loss": round(tot_loss / n, 4), "mtp_heldout_top1_accuracy": round(tot_acc / n, 4),
+            "mtp_heldout_tokens": int(n)}
+
+
+@torch.no_grad()
+def chain_acceptance(trunk, mtp, windows, prompt_len, gen, k):
+    """Per-position greedy chain acceptance on the trunk's greedy
+    continuation of held-out prompts (see the module doc)."""
+    hits = [0] * k
+    starts = 0
+    for w in windows:
+        toks, _, _ = mf.greedy(trunk, list(w[:prompt_len]), gen)
+        seq = list(w[:prompt_len]) + [int(t) for t in toks]
+        h = trunk.model.language_model(input_ids=torch.tensor([seq]), use_cache=False).last_hidden_state[0].float()
+        for s in range(prompt_len, len(seq) - k):
+            # Teacher-forced MTP over rows 0..s-1 (row t: h_t, x_{t+1}), then the chain.
+            lg, g, cache = mtp.step(h[:s], seq[1:s + 1], True, None)
+            d = [int(lg[-1].argmax())]
+            gl = g[-1:]
+            for _ in range(1, k):
+                l1, gl, cache = mtp.step(gl, [d[-1]], False, cache)
+                d.append(int(l1[0].argmax()))
+            starts += 1
+            for j in range(k):
+                if d[j] != seq[s + 1 + j]:
+                    break
+                hits[j] += 1
+    return [round(x / starts, 4) for x in hits], starts
+
+
+def main_mtp(args):
+    import mtp_golden as mtpg
+    from safetensors.torch import load_file, save_file
+    from tokenizers import Tokenizer
+    src = os.path.join(args.out, NAME)
+    dst = os.path.join(args.out, NAME + "-mtp")
+    tok = Tokenizer.from_file(os.path.join(src, "tokenizer.json"))
+    train_ids, test_ids, corpus_hash, nfiles = token_streams(args.root, tok)
+    print(f"corpus: {nfiles} files, {len(train_ids)} train / {len(test_ids)} held-out tokens, sha256 {corpus_hash}",
+          flush=True)
+    with open(os.path.join(src, "eval_prompts.jsonl")) as f:
+        windows = [json.loads(line) for line in f if line.strip()]
+    with open(os.path.join(src, "config.json")) as f:
+        cfg_json = json.load(f)
+    assert cfg_json["text_config"].get("num_nextn_predict_layers", 0) == 1, "trained's config must have num_nextn_predict_layers 1"
+    trunk = Glm5NextForConditionalGeneration.from_pretrained(src, dtype=torch.float32).eval()
+    L = trunk.config.text_config.num_hidden_layers
+    bcfg = mf.build_config(mtpg.mtp_text_config(copy.deepcopy(cfg_json["text_config"])))
+    block = init_model(bcfg, args.seed)
+    mtp = mtpg.MTP(trunk, block, args.seed)
+    before = mtp_heldout(trunk, mtp, windows)
+    print(f"untrained MTP: {before}", flush=True)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+    curve, steps, secs = train_mtp(trunk, mtp, train_ids, args.mtp_steps, args.max_seconds, device, args.lr, args.seed)
+    after = mtp_heldout(trunk, mtp, windows)
+    print(f"trained MTP {steps} steps in {secs:.0f}s on {device}: {after}", flush=True)
+    assert after["mtp_heldout_loss"] < before["mtp_heldout_loss"] - 0.5, (before, after)
+    chain, starts = chain_acceptance(trunk, mtp, windows[:CHAIN_WINDOWS], CHAIN_PROMPT, CHAIN_GEN, 3)
+    print(f"greedy chain acceptance per position over {starts} starts: {chain}", flush=True)
+    assert chain[0] >= 0.2, f"first-draft acceptance {chain[0]} < 0.2 on held-out text (a random layer gets ~1/vocab): the MTP layer did not learn"
+
+    mtp_tensors = mtp.state_tensors(L, dst + ".tmp")
+    trunk_w = load_file(os.path.join(src, "model.safetensors"))
+    assert not any(f"layers.{L}." in k for k in trunk_w), "trained already has MTP tensors"
+    tc = trunk.config.text_config
+    ref_layer = next(l for l in range(L) if tc.layer_types[l] == "deepseek_sparse_attention" and tc.mlp_layer_types[l] == "sparse")
+    ref_names = {k.split(f"layers.{ref_layer}.", 1)[1] for k in trunk_w if f".layers.{ref_layer}." in k}
+    ref_names = {n for n in ref_names if not n.startswith("hc_")}
+    got = {k.split(f"layers.{L}.", 1)[1] for k in mtp_tensors}
+    extra = {"enorm.weight", "hnorm.weight", "eh_proj.weight", "shared_head.norm.weight"}
+    assert got == ref_names | extra, f"MTP names differ from layer {ref_layer}'s: missing {(ref_names | extra) - got}, extra {got - ref_names - extra}"
+    compared = 0
+    for name, v in trunk.state_dict().items():  # the trunk stayed frozen
+        if name in trunk_w:
+            assert torch.equal(v.float(), trunk_w[name].float()), f"trunk tensor {name} changed"
+            compared += 1
+    assert compared >= len(trunk_w) // 2, f"compared only {compared} of {len(trunk_w)} trunk tensors"
+
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    merged = dict(trunk_w)
+    merged.update({k: v.float().contiguous() for k, v in mtp_tensors.items()})
+    save_file({k: v.contiguous() for k, v in merged.items()}, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
+    meta = {
+        "transformers_version": mf.transformers.__version__, "torch_version": torch.__version__,
+        "source": NAME, "mtp_layer": L, "objective": "next-next-token, teacher-forced, trunk frozen",
+        "corpus_files": nfiles, "corpus_sha256": corpus_hash, "train_tokens": len(train_ids),
+        "steps": steps, "seconds": round(secs, 1), "device": device, "batch": BATCH, "seq": SEQ, "lr": args.lr,
+        "seed": args.seed, "loss_curve": curve, "untrained": before, **after,
+        "chain": {"k": 3, "windows": CHAIN_WINDOWS, "prompt_len": CHAIN_PROMPT, "generated": CHAIN_GEN,
+                  "starts": starts, "per_position_acceptance": chain},
+    }
+    with open(os.path.join(dst, "mtp.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    for fn in sorted(os.listdir(dst)):
+        print(f"{NAME}-mtp/{fn}: {os.path.getsize(os.path.join(dst, fn))} bytes")
+
+
+CHAIN_WINDOWS = 8
+CHAIN_PROMPT = 32
+CHAIN_GEN = 32
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="testdata/glm5next")
@@ -180,9 +397,14 @@ def main():
     ap.add_argument("--max-seconds", type=float, default=240)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--mtp", action="store_true", help="train only an MTP layer for the existing trained fixture (writes trained-mtp)")
+    ap.add_argument("--mtp-steps", type=int, default=1500)
     ap.add_argument("--template", default=os.path.join(os.path.dirname(__file__), "glm5_chat_template.jinja"))
     args = ap.parse_args()
     assert mf.transformers.__version__.startswith("5.17"), mf.transformers.__version__
+    if args.mtp:
+        main_mtp(args)
+        return
     os.makedirs(os.path.join(args.out, "_tok"), exist_ok=True)
     tok, ids = mf.make_tokenizer(os.path.join(args.out, "_tok"))
     with open(args.template) as f:

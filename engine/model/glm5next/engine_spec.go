@@ -16,6 +16,7 @@ type specPending struct {
 	layout   npu.BatchLayout
 	hidden   *npu.Tensor // [rows, D] final normed hidden of every row
 	backedUp map[int]bool
+	kda      *kdaCapture // the KDA inputs of every row (nil: nothing backed up)
 }
 
 // CanDraft reports whether the model has an MTP layer (model.Speculative).
@@ -35,6 +36,11 @@ func (e engineModel) SpecForward(mc model.Cache, b *model.Batch, backup []int) (
 		m.copyState(c, c.StateSlots+slot, slot)
 		p.backedUp[i] = true
 	}
+	if len(backup) > 0 {
+		p.kda = newKDACapture(len(m.layers))
+	}
+	m.kdaCap = p.kda
+	defer func() { m.kdaCap = nil }()
 	logits, hidden, err := func() (logits, hidden *npu.Tensor, err error) {
 		defer func() {
 			if e := stepFailure(recover()); e != nil {
@@ -95,6 +101,7 @@ func (e engineModel) SpecCommit(mc model.Cache, sc *model.SpecCommit) (drafts []
 	var replay Batch
 	replay.Layout = npu.BatchLayout{QueryStart: []int{0}, BlockSize: c.BlockSize}
 	replay.LogitRows = []int{}
+	var replayRows []int32
 	for _, s := range sc.Seqs {
 		n := L.SeqRows(s.Seq)
 		if s.Kept < 0 || s.Kept > n || len(s.Next) != s.Kept {
@@ -106,11 +113,13 @@ func (e engineModel) SpecCommit(mc model.Cache, sc *model.SpecCommit) (drafts []
 			r0 := L.QueryStart[s.Seq]
 			replay.Tokens = append(replay.Tokens, p.tokens[r0:r0+s.Kept]...)
 			m.addSeq(&replay.Layout, ss, s.Kept)
+			for j := range s.Kept {
+				replayRows = append(replayRows, int32(r0+j))
+			}
 		}
 	}
 	if len(replay.Tokens) > 0 {
-		l, _ := m.forward(c, &replay, hiddenNone)
-		be.Free(l)
+		m.replayKDA(c, &replay, replayRows, p.kda)
 	}
 	// Draft-extend over the kept rows (row t carries token t+1).
 	var ext Batch
@@ -144,7 +153,7 @@ func (e engineModel) SpecCommit(mc model.Cache, sc *model.SpecCommit) (drafts []
 	h := m.ws.get("spec.h", npu.F32, len(hrows), m.d.D)
 	be.Gather(h, p.hidden, m.ws.upload("spec.hrows", hrows))
 	if len(drafting) == 0 {
-		l, g := m.mtpForward(c, &ext, h, m.ws.upload("mtp.ids", ext.Tokens))
+		l, g := m.mtpForward(c, &ext, h, m.ws.upload("mtp.ids", ext.Tokens), nil)
 		be.Free(l)
 		be.Free(g)
 		return drafts, nil

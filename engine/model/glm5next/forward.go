@@ -40,6 +40,16 @@ type plan struct {
 	// freshRange [lo, hi) is a run of state slots cleared like fresh
 	// ones (a decode graph's padding slots); empty when lo == hi.
 	freshRange [2]int
+
+	// capture, when set, receives every KDA layer's per-row inputs;
+	// layer is the index of the layer being computed.
+	capture *kdaCapture
+	layer   int
+
+	// sel, when set, is the selection [rows, width] the DSA layers use
+	// instead of running their indexers (MTP draft steps under
+	// index_share_for_mtp_iteration).
+	sel *npu.Tensor
 }
 
 // Forward runs the batch through the model, writing its cache entries, and
@@ -129,6 +139,7 @@ func (m *Model) forwardStep(c *Cache, b *Batch, keep hiddenMode, fs *fixedStep) 
 	} else {
 		p = m.prepare(c, b)
 	}
+	p.capture = m.kdaCap
 	T := p.rows
 	m.observeLinear = b.ObserveLinear
 	defer func() { m.observeLinear = nil }()
@@ -178,6 +189,7 @@ func (m *Model) forwardStep(c *Cache, b *Batch, keep hiddenMode, fs *fixedStep) 
 		be.HCPre(col, post, comb, x, ly.hcAttn.fn, ly.hcAttn.base, ly.hcAttn.scale, m.hc)
 		be.RMSNorm(h, col, ly.inNorm, d.RMSEps)
 		if ly.kda != nil {
+			p.layer = l
 			m.kda(out, h, ly.kda, lc, p.seqs, p)
 		} else {
 			m.dsa(out, h, ly, lc, b, p)
@@ -281,6 +293,9 @@ func (m *Model) kda(out, h *npu.Tensor, w *kdaWeights, lc *LayerCache, L *npu.Se
 	beta := m.ws.get("kda.beta", npu.F32, T, d.H)
 	m.linear(beta, h, w.b)
 	be.Sigmoid(beta, beta)
+	if cp := p.capture; cp != nil {
+		cp.keep(m, p.layer, qkv, g, beta)
+	}
 	o := m.ws.get("kda.o", npu.F32, T, hk)
 	chunk := kdaChunk
 	if p.decode {
@@ -302,7 +317,8 @@ const kdaChunk = 64
 // dsa is a DeepSeek sparse attention layer (§4.4–4.5): NoPE MLA over the
 // positions its k-pool indexer selects (or, on a "shared" layer, over the
 // previous layer's selection, still in the "sel" scratch buffer).
-func (m *Model) dsa(out, h *npu.Tensor, ly *layer, lc *LayerCache, b *Batch, p *plan) {
+// dsa is one DSA attention sublayer; it returns the selection it used.
+func (m *Model) dsa(out, h *npu.Tensor, ly *layer, lc *LayerCache, b *Batch, p *plan) *npu.Tensor {
 	be, d, T := m.be, m.d, p.rows
 	w, L := ly.mla, p.seqs
 	qa := m.ws.get("dsa.qa", npu.F32, T, d.QR)
@@ -317,8 +333,11 @@ func (m *Model) dsa(out, h *npu.Tensor, ly *layer, lc *LayerCache, b *Batch, p *
 	be.RMSNorm(lat, kva, w.kvANorm, d.RMSEps)
 	be.Scatter(lc.Latent, lat, p.rowSlots)
 
-	sel := m.ws.get("sel", npu.I32, T, d.SelW)
-	if x := w.idx; x != nil {
+	sel := p.sel
+	if sel == nil {
+		sel = m.ws.get("sel", npu.I32, T, d.SelW)
+	}
+	if x := w.idx; x != nil && p.sel == nil {
 		qi := m.ws.get("idx.q", npu.F32, T, d.Hi*d.Di)
 		m.linear(qi, cq, x.wqB)
 		kraw := m.ws.get("idx.kraw", npu.F32, T, d.Di)
@@ -349,6 +368,7 @@ func (m *Model) dsa(out, h *npu.Tensor, ly *layer, lc *LayerCache, b *Batch, p *
 	attn := m.ws.get("dsa.attn", npu.F32, T, d.HA*d.Dv)
 	be.SparseMLA(attn, q, lc.Latent, w.kvB, sel, L, d.HA, d.Dk, d.Dv, float32(1/math.Sqrt(float64(d.Dk))))
 	m.linear(out, attn, w.o)
+	return sel
 }
 
 // mlp is a dense clamped-SwiGLU MLP.

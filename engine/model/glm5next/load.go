@@ -70,10 +70,6 @@ func Load(be npu.Backend, dir string, opt LoadOptions) (*Model, error) {
 	}
 	var m *Model
 	if desc != nil {
-		if opt.MTP {
-			ck.Close()
-			return nil, fmt.Errorf("glm5next: speculative decoding (MTP) with an msmodelslim-quantized checkpoint is not implemented yet")
-		}
 		m, err = loadQuantized(be, cfg, ck, desc, opt)
 	} else {
 		m, err = loadCheckpoint(be, cfg, ck, opt)

@@ -54,6 +54,13 @@ type Model struct {
 	// pending is the engine's speculative step between SpecForward and
 	// SpecCommit.
 	pending *specPending
+	// kdaCap, while set, makes forward keep every KDA layer's per-row
+	// inputs (the verify forward of a speculative step; see replayKDA).
+	kdaCap *kdaCapture
+
+	// noMTPIndexShare turns index_share_for_mtp_iteration off (tests
+	// against the unshared reference chain).
+	noMTPIndexShare bool
 }
 
 // dims are the sizes the forward pass uses, derived from the config.

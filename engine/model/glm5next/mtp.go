@@ -157,13 +157,23 @@ func (m *Model) MTPForward(c *Cache, b *Batch, h *npu.Tensor) (logits, g *npu.Te
 		}
 	}()
 	ids := m.ws.upload("mtp.ids", b.Tokens)
-	logits, g = m.mtpForward(c, b, h, ids)
+	logits, g = m.mtpForward(c, b, h, ids, nil)
 	return logits, g, nil
 }
 
+// mtpShare carries index_share_for_mtp_iteration through the MTP layer:
+// keep receives the indexer selection of rows keepRows (draft step 0);
+// use replaces the indexer for every row (steps 1+).
+type mtpShare struct {
+	keep     *npu.Tensor // I32 [len(keepRows), SelW]
+	keepRows *npu.Tensor // I32 row indices
+	use      *npu.Tensor // I32 [rows, width]
+}
+
 // mtpForward is MTPForward with the tokens in a device tensor ids (I32
-// [rows]; b.Tokens then only needs valid placeholder ids).
-func (m *Model) mtpForward(c *Cache, b *Batch, h, ids *npu.Tensor) (*npu.Tensor, *npu.Tensor) {
+// [rows]; b.Tokens then only needs valid placeholder ids) and the indexer
+// selection shared as share says (nil: the indexer runs, nothing kept).
+func (m *Model) mtpForward(c *Cache, b *Batch, h, ids *npu.Tensor, share *mtpShare) (*npu.Tensor, *npu.Tensor) {
 	if m.mtp == nil {
 		panic("glm5next: MTPForward on a model without an MTP layer")
 	}
@@ -211,24 +221,34 @@ func (m *Model) mtpForward(c *Cache, b *Batch, h, ids *npu.Tensor) (*npu.Tensor,
 	x := m.ws.get("h", npu.F32, T, d.D)
 	out := m.ws.get("sublayer", npu.F32, T, d.D)
 	be.RMSNorm(x, u0, w.block.inNorm, d.RMSEps)
-	m.dsa(out, x, w.block, &c.MTP, b, p)
+	if share != nil {
+		p.sel = share.use
+	}
+	sel := m.dsa(out, x, w.block, &c.MTP, b, p)
+	if share != nil && share.keep != nil {
+		be.Gather(share.keep, sel, share.keepRows)
+	}
 	m.tpAllReduce(out)
 	a := m.ws.get("mtp.a", npu.F32, T, d.D)
 	be.Add(a, u0, out)
-	be.RMSNorm(x, a, w.block.postNorm, d.RMSEps)
-	m.moeFFN(out, x, w.block.moe, T)
-	m.tpAllReduce(out)
-	u1 := m.ws.get("mtp.u1", npu.F32, T, d.D)
-	be.Add(u1, a, out)
 	if R == 0 {
 		return logits, g
 	}
-	rows := u1
+	// Only the attention half writes the cache: the MoE half runs on the
+	// logit rows alone (exact, row by row; glm5next-features.md §2.2).
+	rows := a
 	if p.logitRows != nil {
 		rows = m.ws.get("mtp.rows", npu.F32, R, d.D)
-		be.Gather(rows, u1, p.logitRows)
+		be.Gather(rows, a, p.logitRows)
 	}
-	be.RMSNorm(g, rows, w.headNorm, d.RMSEps)
+	x2 := m.ws.get("mtp.x2", npu.F32, R, d.D)
+	be.RMSNorm(x2, rows, w.block.postNorm, d.RMSEps)
+	f := m.ws.get("mtp.ffn", npu.F32, R, d.D)
+	m.moeFFN(f, x2, w.block.moe, R)
+	m.tpAllReduce(f)
+	u1 := m.ws.get("mtp.u1", npu.F32, R, d.D)
+	be.Add(u1, rows, f)
+	be.RMSNorm(g, u1, w.headNorm, d.RMSEps)
 	m.lmLogits(logits, g)
 	return logits, g
 }

@@ -30,6 +30,10 @@ import (
 
 // QuantizeOptions configure Quantize.
 type QuantizeOptions struct {
+	// MTP also quantizes the MTP layer's linears like a trunk layer's
+	// (its eh_proj stays FLOAT); the checkpoint must have the layer.
+	// Without it the MTP tensors are copied through FLOAT.
+	MTP bool
 	// Scheme is W8A8_DYNAMIC, W8A8 (static: needs Calibration) or
 	// W8A8_MXFP8. With W8A8 the routed experts are W8A8_DYNAMIC
 	// (vllm-ascend has no static MoE method).
@@ -96,11 +100,15 @@ func DefaultFloat(name string) (bool, string) {
 // quantPlan decides every spec's scheme for Quantize: s for the linears
 // neither the defaults nor skip keep FLOAT (W8A8_DYNAMIC for routed
 // experts under W8A8), with fused modules made uniform.
-func quantPlan(cfg *config.ModelConfig, f weightForm, s quant.Scheme, skip []*regexp.Regexp, all bool) map[string]quant.Scheme {
+func quantPlan(cfg *config.ModelConfig, f weightForm, s quant.Scheme, skip []*regexp.Regexp, all, mtp bool) map[string]quant.Scheme {
 	plan := map[string]quant.Scheme{}
-	for _, sp := range specs(cfg, f) {
+	sp0 := specs(cfg, f)
+	if mtp {
+		sp0 = append(sp0, mtpSpecs(cfg, f)...)
+	}
+	for _, sp := range sp0 {
 		sc := s
-		if fl, _ := DefaultFloat(sp.name); fl && (!all || kindOf(sp.name) != kindMatMul) || len(sp.shape) != 2 {
+		if fl, _ := DefaultFloat(sp.name); fl && (!all || kindOf(sp.name) != kindMatMul) || len(sp.shape) != 2 || strings.HasSuffix(sp.name, ".eh_proj.weight") {
 			sc = quant.Float
 		}
 		for _, re := range skip {
@@ -114,7 +122,7 @@ func quantPlan(cfg *config.ModelConfig, f weightForm, s quant.Scheme, skip []*re
 		plan[sp.name] = sc
 	}
 	// A fused module is quantized only if all its shards are.
-	_, groups := fusedGroups(cfg, f)
+	_, groups := fusedLayerGroups(cfg, f, mtp)
 	for _, g := range groups {
 		if slices.ContainsFunc(g, func(n string) bool { return plan[n] == quant.Float }) {
 			for _, n := range g {
@@ -131,7 +139,7 @@ func quantPlan(cfg *config.ModelConfig, f weightForm, s quant.Scheme, skip []*re
 // bf16: the memory figure of a quantized deployment.
 func WeightBytes(cfg *config.ModelConfig, s quant.Scheme, all bool) (quantized, bf16 int64) {
 	form := weightForm{lmHead: !cfg.TieWordEmbeddings}
-	plan := quantPlan(cfg, form, s, nil, all)
+	plan := quantPlan(cfg, form, s, nil, all, false)
 	for _, sp := range specs(cfg, form) {
 		numel := int64(1)
 		for _, d := range sp.shape {
@@ -238,7 +246,14 @@ func Quantize(in, out string, opt QuantizeOptions) (*QuantizeReport, error) {
 	// Plan every output tensor. Fused experts are written per expert.
 	splitForm := form
 	splitForm.fusedExperts = false
-	plan := quantPlan(cfg, splitForm, opt.Scheme, skip, opt.AllLinears)
+	allSpecs := specs(cfg, splitForm)
+	if opt.MTP {
+		if err := checkMTP(cfg, ck.Names(), nil); err != nil {
+			return nil, err
+		}
+		allSpecs = append(allSpecs, mtpSpecs(cfg, splitForm)...)
+	}
+	plan := quantPlan(cfg, splitForm, opt.Scheme, skip, opt.AllLinears, opt.MTP)
 	var outs []outTensor
 	used := map[string]bool{}
 	addFloat := func(o outTensor) error {
@@ -268,7 +283,7 @@ func Quantize(in, out string, opt QuantizeOptions) (*QuantizeReport, error) {
 		outs = append(outs, o)
 		return nil
 	}
-	for _, sp := range specs(cfg, splitForm) {
+	for _, sp := range allSpecs {
 		src := layout.CheckpointName(sp.name)
 		o := outTensor{name: src, src: src, expert: -1}
 		if form.fusedExperts && isExpert(sp.name) {

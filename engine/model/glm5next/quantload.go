@@ -398,21 +398,32 @@ func (q *qloader) claimSkipped(ckName string, s quant.Scheme, shape []int) {
 // packed_modules_mapping): shards that must share one scheme, by
 // canonical weight names, with the fused module's name for messages.
 func fusedGroups(c *config.ModelConfig, f weightForm) (names []string, groups [][]string) {
+	return fusedLayerGroups(c, f, false)
+}
+
+// fusedLayerGroups is fusedGroups, with the MTP layer's (a DSA + MoE
+// block at index num_hidden_layers) when mtp.
+func fusedLayerGroups(c *config.ModelConfig, f weightForm, mtp bool) (names []string, groups [][]string) {
 	add := func(name string, g ...string) {
 		names = append(names, name)
 		groups = append(groups, g)
 	}
-	for l := range c.NumHiddenLayers {
+	n := c.NumHiddenLayers
+	if mtp {
+		n++
+	}
+	for l := range n {
 		p := layerPrefix(l)
 		s := p + "self_attn."
-		if c.IsDSA(l) {
+		isMTP := l == c.NumHiddenLayers
+		if isMTP || c.IsDSA(l) {
 			add(s+"fused_qkv_a_proj", s+"q_a_proj.weight", s+"kv_a_proj_with_mqa.weight")
 		} else {
 			// KDA's q/k/v feed one short conv and run as one linear.
 			add(s+"qkv_proj", s+"q_proj.weight", s+"k_proj.weight", s+"v_proj.weight")
 		}
 		mp := p + "mlp."
-		if c.IsMoE(l) {
+		if isMTP || c.IsMoE(l) {
 			if !f.fusedExperts {
 				var ex []string
 				for e := range c.NRoutedExperts {
@@ -459,6 +470,15 @@ func loadQuantized(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Chec
 	}
 	form := detectForm(ck.Names(), cfg)
 	sp := specs(cfg, form)
+	if opt.MTP {
+		// The MTP layer's tensors load like a trunk layer's, each with its
+		// own scheme (the block may be FLOAT inside a quantized checkpoint;
+		// glm5next-features.md §2.1).
+		if err := checkMTP(cfg, ck.Names(), m.par); err != nil {
+			return nil, err
+		}
+		sp = append(sp, mtpSpecs(cfg, form)...)
+	}
 	if m.par != nil {
 		sp = m.par.shard(sp, cfg)
 	}
@@ -474,6 +494,9 @@ func loadQuantized(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Chec
 			continue
 		}
 		switch kind := kindOf(s.name); {
+		case strings.HasSuffix(s.name, ".eh_proj.weight"):
+			q.errf("%s: tensor %q is described as %s, but the MTP layer's eh_proj must be FLOAT (npuserve splits it into its embedding and hidden halves)",
+				desc.Path, key, sc)
 		case kind == kindOther || len(s.shape) != 2:
 			q.errf("%s: tensor %q is described as %s, but only linear weights can be quantized (norms, biases, mHC, conv, gate parameters and index_kpool_compress_gate stay FLOAT)",
 				desc.Path, key, sc)
@@ -482,7 +505,7 @@ func loadQuantized(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Chec
 				desc.Path, key)
 		}
 	}
-	gnames, groups := fusedGroups(cfg, form)
+	gnames, groups := fusedLayerGroups(cfg, form, opt.MTP)
 	for i, g := range groups {
 		first := scheme[g[0]]
 		for _, n := range g[1:] {

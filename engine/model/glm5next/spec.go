@@ -33,11 +33,12 @@ type Acceptor func(seq int, rows [][]float32, drafts []int32) []int32
 // rollback of the KDA conv window and recurrent state of sequences that
 // rejected a draft, and the next drafts (k of them; k = 0 drafts nothing).
 // Rollback is "backup and replay": before the verify forward each drafted
-// sequence's KDA state is copied to its backup slot; a sequence that
-// accepts a < len(Drafts) drafts gets the backup back and the a+1 accepted
-// inputs replayed through the trunk (one extra forward of those rows for
-// all such sequences together), so the state equals a+1 plain decode
-// steps. DSA latents and pooled keys need no rollback: rows at positions
+// sequence's KDA state is copied to its backup slot and the forward keeps
+// every KDA layer's per-row inputs; a sequence that accepts a <
+// len(Drafts) drafts gets the backup back and its a+1 accepted rows'
+// inputs replayed through the KDA layers' convs and recurrences only
+// (replayKDA, all such sequences together), so the state equals a+1 plain
+// decode steps to fp32 rounding. DSA latents and pooled keys need no rollback: rows at positions
 // >= Pos are rewritten before any valid query reads them, and a pool is
 // recomputed by the batch that writes its last position.
 // It returns the emitted tokens per sequence and updates Pos, Next and
@@ -59,12 +60,16 @@ func (m *Model) SpecStep(c *Cache, seqs []*SpecSeq, k int, accept Acceptor) ([][
 	for i := range b.LogitRows {
 		b.LogitRows[i] = i
 	}
+	var cp *kdaCapture
 	for _, s := range seqs {
 		if len(s.Drafts) > 0 {
 			m.copyState(c, c.StateSlots+s.Slot, s.Slot)
+			cp = newKDACapture(len(m.layers))
 		}
 	}
+	m.kdaCap = cp
 	logits, hidden, err := m.ForwardHidden(c, &b)
+	m.kdaCap = nil
 	if err != nil {
 		return nil, err
 	}
@@ -78,6 +83,7 @@ func (m *Model) SpecStep(c *Cache, seqs []*SpecSeq, k int, accept Acceptor) ([][
 	var replay Batch
 	replay.Layout = npu.BatchLayout{QueryStart: []int{0}, BlockSize: c.BlockSize}
 	replay.LogitRows = []int{}
+	var replayRows []int32
 	for i, s := range seqs {
 		r0 := b.Layout.QueryStart[i]
 		toks := accept(i, rows[r0:r0+1+len(s.Drafts)], s.Drafts)
@@ -90,15 +96,24 @@ func (m *Model) SpecStep(c *Cache, seqs []*SpecSeq, k int, accept Acceptor) ([][
 			replay.Tokens = append(replay.Tokens, s.Next)
 			replay.Tokens = append(replay.Tokens, s.Drafts[:a]...)
 			m.addSeq(&replay.Layout, s, a+1)
+			for j := range a + 1 {
+				replayRows = append(replayRows, int32(r0+j))
+			}
 		}
 		out[i] = toks
 	}
 	if len(replay.Tokens) > 0 {
-		l, err := m.Forward(c, &replay)
-		if err != nil {
+		if err := func() (err error) {
+			defer func() {
+				if e := stepFailure(recover()); e != nil {
+					err = e
+				}
+			}()
+			m.replayKDA(c, &replay, replayRows, cp)
+			return nil
+		}(); err != nil {
 			return nil, err
 		}
-		be.Free(l)
 	}
 	if k == 0 {
 		for i, s := range seqs {
@@ -187,7 +202,25 @@ func (m *Model) draft(c *Cache, ext *Batch, h *npu.Tensor, seqs []*SpecSeq, k in
 		}
 	}()
 	be, B := m.be, len(seqs)
-	logits, g := m.mtpForward(c, ext, h, m.ws.upload("mtp.ids", ext.Tokens))
+	var keep *mtpShare
+	if m.shareMTPIndex(k) {
+		// Step 0's query rows are its logit rows: one per drafting sequence.
+		rows := ext.LogitRows
+		if rows == nil {
+			L := &ext.Layout
+			for s := range L.NumSeqs() {
+				if L.SeqRows(s) > 0 {
+					rows = append(rows, L.QueryStart[s+1]-1)
+				}
+			}
+		}
+		r32 := make([]int32, len(rows))
+		for i, r := range rows {
+			r32[i] = int32(r)
+		}
+		keep = &mtpShare{keep: m.ws.get("spec.sel0", npu.I32, B, m.d.SelW), keepRows: m.ws.upload("spec.sel0rows", r32)}
+	}
+	logits, g := m.mtpForward(c, ext, h, m.ws.upload("mtp.ids", ext.Tokens), keep)
 	all := m.ws.get("spec.drafts", npu.I32, k, B)
 	vals := m.ws.get("spec.topv", npu.F32, B, 1)
 	be.TopK(vals, all.Rows(0, 1).Reshape(B, 1), logits, 1)
@@ -205,7 +238,11 @@ func (m *Model) draft(c *Cache, ext *Batch, h *npu.Tensor, seqs []*SpecSeq, k in
 		be.Copy(gh, g)
 		be.Free(g)
 		var l *npu.Tensor
-		l, g = m.mtpForward(c, &step, gh, all.Rows(j-1, j).Reshape(B))
+		var use *mtpShare
+		if keep != nil {
+			use = &mtpShare{use: m.sharedSelection(keep.keep, seqs, j, k)}
+		}
+		l, g = m.mtpForward(c, &step, gh, all.Rows(j-1, j).Reshape(B), use)
 		be.TopK(vals, all.Rows(j, j+1).Reshape(B, 1), l, 1)
 		be.Free(l)
 	}
@@ -221,6 +258,59 @@ func (m *Model) draft(c *Cache, ext *Batch, h *npu.Tensor, seqs []*SpecSeq, k in
 		}
 	}
 	return drafts, nil
+}
+
+// shareMTPIndex reports whether a k-token draft chain shares step 0's
+// indexer selection (index_share_for_mtp_iteration, an MTP layer with its
+// own indexer, more than one step).
+func (m *Model) shareMTPIndex(k int) bool {
+	return k > 1 && m.cfg.IndexShareForMTPIteration && !m.noMTPIndexShare && m.mtp.block.mla.idx != nil
+}
+
+// sharedSelection builds the selection of draft step j >= 1 from step 0's
+// sel0 [B, SelW] (glm5next-features.md §2.1, "step 0 computes top-k,
+// steps 1+ reuse"): for sequence i, whose step 0 query sat at position
+// q0 = seqs[i].Pos-1, the positions of the pools step 0 chose (its first
+// min(TopKPools, (q0+1)/kpool)*kpool entries, DSAIndex's order), then,
+// with the tail rule, every position from step 0's tail start
+// ((q0+1)/kpool*kpool) through the step's own position q0+j, so each step
+// still sees itself and the drafts before it; -1 pads the row. The width
+// is SelW + k - 1 (the tail grows by one per step). The pool entries are
+// copied on the device (gather then scatter); the rest is host data.
+// The chain rows' index keys and pools are not written: every chain
+// position is rewritten by the next draft-extend before an indexer reads
+// it.
+func (m *Model) sharedSelection(sel0 *npu.Tensor, seqs []*SpecSeq, j, k int) *npu.Tensor {
+	B, sw := len(seqs), m.d.SelW
+	W := sw + k - 1
+	kp, topk := m.index.KPool, m.index.TopKPools
+	words := make([]int32, B*W)
+	for i := range words {
+		words[i] = -1
+	}
+	var src, dst []int32
+	for i, s := range seqs {
+		q0 := s.Pos - 1
+		vis := (q0 + 1) / kp
+		n := min(topk, vis) * kp
+		for c := range n {
+			src = append(src, int32(i*sw+c))
+			dst = append(dst, int32(i*W+c))
+		}
+		if m.index.Tail {
+			for pos := vis * kp; pos <= q0+j; pos++ {
+				words[i*W+n] = int32(pos)
+				n++
+			}
+		}
+	}
+	use := m.ws.upload("spec.selj", words).Reshape(B, W)
+	if len(src) > 0 {
+		vals := m.ws.get("spec.selvals", npu.I32, len(src), 1)
+		m.be.Gather(vals, sel0.Reshape(B*sw, 1), m.ws.upload("spec.selsrc", src))
+		m.be.Scatter(use.Reshape(B*W, 1), vals, m.ws.upload("spec.seldst", dst))
+	}
+	return use
 }
 
 // addSeq appends sequence s with n rows at s.Pos to layout l.
@@ -358,4 +448,71 @@ func (s *SpecStats) MeanAcceptanceLength() float64 {
 		return 0
 	}
 	return 1 + float64(s.Accepted)/float64(s.Drafts)
+}
+
+// kdaCapture keeps a verify forward's KDA inputs per layer and row: the
+// pre-conv q|k|v projection, the log-decay g and beta (after the
+// sigmoid), in scratch buffers that live until the next capture.
+// Rollback then replays only the KDA layers' conv windows and recurrences
+// over the accepted rows (replayKDA) instead of the whole trunk: the KDA
+// state depends on nothing else.
+type kdaCapture struct {
+	qkv, g, beta []*npu.Tensor // by layer index; nil for DSA layers
+}
+
+func newKDACapture(layers int) *kdaCapture {
+	return &kdaCapture{qkv: make([]*npu.Tensor, layers), g: make([]*npu.Tensor, layers), beta: make([]*npu.Tensor, layers)}
+}
+
+// keep copies layer l's inputs.
+func (cp *kdaCapture) keep(m *Model, l int, qkv, g, beta *npu.Tensor) {
+	get := func(what string, x *npu.Tensor) *npu.Tensor {
+		t := m.ws.get(fmt.Sprintf("spec.cap.%s.%d", what, l), npu.F32, x.Dim(0), x.Dim(1))
+		m.be.Copy(t, x)
+		return t
+	}
+	cp.qkv[l], cp.g[l], cp.beta[l] = get("qkv", qkv), get("g", g), get("beta", beta)
+}
+
+// replayKDA advances the KDA conv windows and recurrent states of the
+// sequences of batch b (their accepted rows, states restored from the
+// backup) through the captured inputs of the verify rows rows (one per row
+// of b, in order): the same Conv1d/Conv1dUpdate and KDA ops a forward of
+// b runs, on inputs computed by the verify forward's (k+1)-row linears, so
+// the states equal a replay forward's to fp32 rounding. No other layer
+// runs and nothing is written to the DSA caches.
+func (m *Model) replayKDA(c *Cache, b *Batch, rows []int32, cp *kdaCapture) {
+	be, d := m.be, m.d
+	p := m.prepare(c, b)
+	T := p.rows
+	if T == 0 {
+		return
+	}
+	hk := d.H * d.K
+	idx := m.ws.upload("spec.replay.rows", rows)
+	for l, ly := range m.layers {
+		if ly.kda == nil {
+			continue
+		}
+		if cp.qkv[l] == nil {
+			panic(fmt.Sprintf("glm5next: KDA layer %d has no captured inputs to replay", l))
+		}
+		lc := &c.Layers[l]
+		qkv := m.ws.get("kda.qkv", npu.F32, T, 3*hk)
+		g := m.ws.get("kda.g", npu.F32, T, hk)
+		beta := m.ws.get("kda.beta", npu.F32, T, d.H)
+		be.Gather(qkv, cp.qkv[l], idx)
+		be.Gather(g, cp.g[l], idx)
+		be.Gather(beta, cp.beta[l], idx)
+		u := m.ws.get("kda.conv", npu.F32, T, 3*hk)
+		chunk := kdaChunk
+		if p.decode {
+			be.Conv1dUpdate(u, qkv, lc.Conv, ly.kda.conv, p.seqs, true)
+			chunk = 0
+		} else {
+			be.Conv1d(u, qkv, lc.Conv, ly.kda.conv, p.seqs, true)
+		}
+		o := m.ws.get("kda.o", npu.F32, T, hk)
+		be.KDA(o, u, g, beta, lc.State, p.seqs, d.H, d.K, chunk)
+	}
 }
