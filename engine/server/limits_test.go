@@ -153,6 +153,11 @@ func TestConnectionCap(t *testing.T) {
 			t.Fatalf("health %d", resp.StatusCode)
 		}
 		idle = append(idle, c)
+		// The server marks a connection idle after the client has its
+		// answer: wait for it, so that the idle times follow the order
+		// of idle (on a loaded machine the callbacks may lag).
+		n := i + 1
+		waitFor(t, func() bool { return s.idleCount() == n })
 	}
 	waitFor(t, func() bool { return s.conns.open() == max })
 	// A new client gets through: the oldest idle connection makes room.

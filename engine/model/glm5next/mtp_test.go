@@ -398,6 +398,9 @@ func TestMTPGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
+	if err := m.SetCacheDType(npu.F32); err != nil { // the fp32 reference; accelerators default to bf16
+		t.Fatal(err)
+	}
 	// tools/golden/mtp_golden.py's chain runs the MTP indexer at every
 	// step (transformers has no top-k sharing); the fixture's config asks
 	// for index_share_for_mtp_iteration, which TestSpecIndexShare covers.
