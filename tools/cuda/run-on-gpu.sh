@@ -117,6 +117,22 @@ session)
 			done
 			kill $spid; wait $spid 2>/dev/null
 			;;
+		mtp-train)
+			# The trained fixture's MTP layer (tools/golden/train_fixture.py
+			# --mtp, trunk frozen), then its acceptance on the GPU.
+			PYTHONPATH=tools/golden timeout ${MTPT_S:-240} python3 tools/golden/train_fixture.py --mtp --out testdata/glm5next \
+				--max-seconds ${MTPT_TRAIN_S:-90} >"$out/mtp-train.log" 2>&1 || rc=1
+			tail -4 "$out/mtp-train.log"
+			if [ -d testdata/glm5next/trained-mtp ]; then
+				tar czf "$out/trained-mtp.tgz" -C testdata/glm5next trained-mtp
+				(cd engine/model/glm5next && NPUSERVE_TEST_DEVICE=cuda timeout 120 "$root/.gpu/glm5next.test" -test.v -test.count=1 \
+					-test.run 'TestSpecTrainedAcceptance|TestMTPGolden') >"$out/mtp-accept.log" 2>&1 || rc=1
+				grep -E "accept|^(--- |ok|PASS|FAIL)" "$out/mtp-accept.log" | head -12
+				timeout 150 .gpu/npuserve bench spec --model testdata/glm5next/trained-mtp --device cuda --speculative-tokens 0,1,3 \
+					--num-prompts 8 --prompt-len 32 --max-tokens 64 >"$out/bench-spec-cuda.txt" 2>&1 || rc=1
+				tail -6 "$out/bench-spec-cuda.txt"
+			fi
+			;;
 		nccl)
 			[ -x .gpu/nccl.test ] && (cd .gpu && NPUSERVE_CUDA_TEST=1 timeout 120 ./nccl.test -test.v -test.count=1) >"$out/nccl-test.log" 2>&1 || rc=1
 			grep -E '^(--- FAIL|FAIL|ok|PASS|panic)' "$out/nccl-test.log" | head -20
