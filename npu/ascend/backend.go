@@ -36,7 +36,7 @@ type Backend struct {
 	wsBytes     int
 	pending     []uintptr // device memory freed at the next Sync
 	hostPending []uintptr
-	ones        map[int]*npu.Tensor // RMSNorm's unit gamma by width
+	ones        map[int]*npu.Tensor  // RMSNorm's unit gamma by width
 	shadows     map[*buffer][]shadow // host copies of small I32 uploads (shadow.go)
 	syncs       int                  // stream syncs so far (tests: no op syncs)
 	err         error
