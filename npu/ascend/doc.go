@@ -68,8 +68,7 @@
 // about them: that aclnnSort's stable flag orders ties by index, that
 // aclnnAdd, aclnnInplaceFillScalar and aclnnCast take INT32 tensors with
 // float scalars (SparseMLA's index arithmetic, DSAIndex's expansion),
-// that
-// operators accept strided and overlapping input views (Conv1d's window,
+// that operators accept strided and overlapping input views (Conv1d's window,
 // HCPost's transposed comb), that aclnnLayerNorm takes NULL mean/rstd
 // outputs, and that aclnnMean/aclnnReduceSum take an out dtype. The
 // stand-in checks what the documentation states (dtypes, ND format, views inside device storage, 32-byte aligned
