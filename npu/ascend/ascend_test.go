@@ -56,9 +56,17 @@ func buildStandin() (string, error) {
 	lib := filepath.Join(dir, "lib64")
 	os.MkdirAll(lib, 0o755)
 	src := filepath.Join("testdata", "standin")
-	for _, l := range []struct{ src, name string }{{"acl.c", "libascendcl.so"}, {"nnopbase.c", "libnnopbase.so"}, {"opapi.c", "libopapi.so"}} {
-		args := []string{"-shared", "-fPIC", "-O1", "-fvisibility=default", "-o", filepath.Join(lib, l.name), filepath.Join(src, l.src),
-			"-L" + lib, "-Wl,-rpath," + lib}
+	opapi, err := filepath.Glob(filepath.Join(src, "opapi*.c")) // sorted
+	if err != nil || len(opapi) == 0 {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("no stand-in operator sources in %s: %v", src, err)
+	}
+	for _, l := range []struct {
+		srcs []string
+		name string
+	}{{[]string{filepath.Join(src, "acl.c")}, "libascendcl.so"}, {[]string{filepath.Join(src, "nnopbase.c")}, "libnnopbase.so"}, {opapi, "libopapi.so"}} {
+		args := append([]string{"-shared", "-fPIC", "-O1", "-fvisibility=default", "-o", filepath.Join(lib, l.name)}, l.srcs...)
+		args = append(args, "-L"+lib, "-Wl,-rpath,"+lib)
 		switch l.name {
 		case "libnnopbase.so":
 			args = append(args, "-lascendcl")

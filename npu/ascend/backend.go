@@ -36,7 +36,9 @@ type Backend struct {
 	wsBytes     int
 	pending     []uintptr // device memory freed at the next Sync
 	hostPending []uintptr
-	ones        map[int]*npu.Tensor // RMSNorm's unit gamma by width
+	ones        map[int]*npu.Tensor  // RMSNorm's unit gamma by width
+	shadows     map[*buffer][]shadow // host copies of small I32 uploads (shadow.go)
+	syncs       int                  // stream syncs so far (tests: no op syncs)
 	err         error
 	closed      bool
 }
@@ -134,6 +136,7 @@ func (b *Backend) fail(err error) {
 
 // sync waits for the stream and frees pending memory (device thread).
 func (b *Backend) sync() error {
+	b.syncs++
 	err := acl.SynchronizeStream(b.stream)
 	for _, p := range b.pending {
 		_ = acl.Free(p)

@@ -99,6 +99,7 @@ func (b *Backend) Embedding(out, table, ids *npu.Tensor) { b.gather("Embedding",
 
 func (b *Backend) gather(op string, out, src, idx *npu.Tensor) {
 	n, d := rowOperands(op, out, src, idx)
+	b.wrote(out)
 	m := idx.Numel()
 	if m*d == 0 {
 		return
@@ -125,6 +126,7 @@ func (b *Backend) gather(op string, out, src, idx *npu.Tensor) {
 // repeat one; the model's cache writes do not.
 func (b *Backend) Scatter(dst, src, idx *npu.Tensor) {
 	n, d := rowOperands("Scatter", src, dst, idx)
+	b.wrote(dst)
 	m := idx.Numel()
 	if m*d == 0 {
 		return
@@ -160,6 +162,7 @@ func (b *Backend) TopK(vals, idx, x *npu.Tensor, k int) {
 	if k < 0 || k > n || vals.Numel() != m*k || idx.Numel() != m*k {
 		panic(fmt.Sprintf("ascend: TopK k=%d of rows of %d into %v, %v", k, n, vals, idx))
 	}
+	b.wrote(idx)
 	if m*k == 0 {
 		return
 	}

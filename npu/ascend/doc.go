@@ -31,14 +31,24 @@
 // (NanToNum, stable Sort, Gather, Cast), RMSNormGated, L2Norm, HCMean
 // (aclnnMean), HCPost and HCPre (BatchMatMul, Sinkhorn rounds), KDAGate
 // (Exp, Softplus), Conv1dUpdate, KPool, Router (grouped selection with
-// aclnnScatter), and Conv1d, MoE and KDA, which read sequence boundaries
-// or routing ids back to the host (one stream sync per call) and then loop
-// per sequence, per expert or (KDA, 7 operators) per token (hostread.go). MoE's loop of aclnnMatmul is
-// the correct-but-slow path; aclnnGroupedMatmulV4 is the one to build.
-// The rest (DSAIndex, SparseMLA, PrepareQuant, MatMulQ, MoEQ) are
-// in unimplementedOps, and Open refuses while that list is not empty (as
-// npu/cuda does), so `--device ascend` never runs a partial backend;
-// tests construct the backend with New and run npu/opcheck's conformance
+// aclnnScatter), Conv1d and KDA (loops per sequence, and KDA per token,
+// hostread.go), MoE (dense: every expert over all rows, weighted by the
+// routing weights scattered into a [T, E] matrix on the device; E times
+// the FLOPs until aclnnGroupedMatmulV4 is built), DSAIndex (dsa.go) and
+// SparseMLA (mla.go, absorbed form), the last two composed because
+// aclnnLightningIndexer's and aclnnSparseFlashAttention's documented
+// constraints (head dim 128, paged token caches, no tie/NaN order) do not
+// fit npu's contract. No op reads device data back: the ops that plan on
+// the host take the batch layout from the host shadow Upload keeps of
+// each small I32 upload (shadow.go; valid until the bytes are written on
+// the device, uploaded over or freed; a layout without one is a
+// programming error and panics, never a hidden sync), and what their
+// plans need on the device is staged by enqueued uploads. That planning
+// bakes the layout into the enqueued work, so a graph captured with these
+// ops replays the layout of its capture. The rest (PrepareQuant, MatMulQ,
+// MoEQ) are in unimplementedOps, and Open refuses while that list is not
+// empty (as npu/cuda does), so `--device ascend` never runs a partial
+// backend; tests construct the backend with New and run npu/opcheck's conformance
 // table (what `npuserve selftest` runs) for every implemented op.
 //
 // Status, honestly: this code has run only against the stand-in CANN in
@@ -56,7 +66,9 @@
 // aclnnSigmoid, aclnnCast, aclnnInplaceCopy and aclnnMatmul are from §4):
 // check them first on a real CANN, as well as what the stand-in assumes
 // about them: that aclnnSort's stable flag orders ties by index, that
-// operators accept strided and overlapping input views (Conv1d's window,
+// aclnnAdd, aclnnInplaceFillScalar and aclnnCast take INT32 tensors with
+// float scalars (SparseMLA's index arithmetic, DSAIndex's expansion),
+// that operators accept strided and overlapping input views (Conv1d's window,
 // HCPost's transposed comb), that aclnnLayerNorm takes NULL mean/rstd
 // outputs, and that aclnnMean/aclnnReduceSum take an out dtype. The
 // stand-in checks what the documentation states (dtypes, ND format, views inside device storage, 32-byte aligned

@@ -8,58 +8,35 @@ package ascend
 import "C"
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 
 	"github.com/npuserve/npuserve/npu"
 )
 
-// The ops in this file read small device tensors back to the host
-// (routing ids, sequence boundaries) and then enqueue one group of
-// operators per expert or per sequence. Each read is a stream sync (the
-// device drains before the op is enqueued), which a fused kernel would not
-// need: that is their first cost.
+// The ops in this file plan on the host: Conv1d and KDA loop per
+// sequence over the batch layout, read from the host shadow of its Upload
+// (shadow.go), never from the device; MoE needs no host plan at all (its
+// routing ids are computed on the device, so it is formulated densely).
+// None of them syncs the stream.
 
-// readI32 downloads t (I32) for an op's host-side plan. A failure of the
-// work it waited for is held again for the next Sync (Download reports it
-// once) and ok is false.
-func (b *Backend) readI32(t *npu.Tensor) (v []int32, ok bool) {
-	buf := make([]byte, t.Bytes())
-	if err := b.Download(buf, t); err != nil {
-		b.do(func() { b.fail(err) })
-		return nil, false
-	}
-	v = make([]int32, t.Numel())
-	for i := range v {
-		v[i] = int32(binary.LittleEndian.Uint32(buf[4*i:]))
-	}
-	return v, true
-}
-
-// upload makes a device copy of host indices, freed at the next Sync.
-func (b *Backend) uploadI32(v []int32) *npu.Tensor {
-	t := b.alloc(npu.I32, len(v))
-	if err := b.Upload(t, npu.EncodeInt32s(v)); err != nil {
-		panic(fmt.Sprintf("ascend: upload of %d indices: %v", len(v), err))
-	}
-	return t
-}
-
-// MoE adds the routed experts to out [T, D], one expert at a time: ids
-// are read back (one sync), the assignments grouped by expert, and for each
-// expert with tokens: aclnnEmbedding gathers its tokens' rows of x,
-// MatMul by its gateUp rows (a view of gateUp, no copy; a 16-bit weight is
-// cast to F32 scratch on every call, a pass over the expert's weights),
-// SwiGLU (with the clamp when limit > 0), MatMul by its down rows, aclnnMul
-// by the routing weights (gathered by assignment), and the rows are added
-// into out (gather, aclnnAdd, aclnnInplaceIndexCopy; a token picks an
-// expert at most once, so the indices are distinct). Cost: one sync and
-// about 10 operators per active expert with their scratch; each token's
+// MoE adds the routed experts to out [T, D] without reading the routing
+// ids back: aclnnScatter writes the routing weights into a dense [T, E]
+// matrix (zeros elsewhere; a token picks an expert at most once, so the
+// scatter indices of a row are distinct), then for every expert e, over
+// all T rows: MatMul by its gateUp rows (a view, no copy; a 16-bit
+// weight is cast to F32 scratch on every call, a pass over the expert's
+// weights), SwiGLU (with the clamp when limit > 0), aclnnMul by column e of
+// the dense weights ([T, 1], a strided view: the routing weight where
+// ids == e, 0 elsewhere), MatMul by its down rows and aclnnAdd into out.
+// Cost: E times the FLOPs of the routed computation (every expert runs on
+// every row) and about 5 operators per expert, with no sync; each token's
 // expert outputs are added to out in ascending expert order, where the CPU
-// backend sums them first (rounding differs at fp32 level). The grouped
-// path (aclnnMoeInitRoutingV3 + aclnnGroupedMatmulV4, ascend-api.md §4.4-
-// 4.5) is what a real NPU wants; it is not built yet.
+// backend sums them first (rounding differs at fp32 level). It is the
+// fallback until the grouped path (aclnnMoeInitRoutingV3 +
+// aclnnGroupedMatmulV4, ascend-api.md §4.4-4.5) is built, which needs
+// aclTensorList descriptors and the group-list contract checked on a real
+// CANN.
 func (b *Backend) MoE(out, x, gateUp, down, weights, ids *npu.Tensor, limit float32) {
 	if x.Rank() != 2 || gateUp.Rank() != 3 || down.Rank() != 3 {
 		panic(fmt.Sprintf("ascend: MoE x %v gateUp %v down %v", x, gateUp, down))
@@ -76,44 +53,29 @@ func (b *Backend) MoE(out, x, gateUp, down, weights, ids *npu.Tensor, limit floa
 	if T == 0 || ids.Numel() == 0 {
 		return
 	}
-	hostIDs, ok := b.readI32(ids)
-	if !ok {
-		return
-	}
-	toks, pos := make([][]int32, E), make([][]int32, E)
-	k := len(hostIDs) / T
-	for i, e := range hostIDs {
-		if e < 0 || int(e) >= E {
-			panic(fmt.Sprintf("ascend: MoE expert id %d out of [0, %d)", e, E))
-		}
-		toks[e] = append(toks[e], int32(i/k))
-		pos[e] = append(pos[e], int32(i))
-	}
+	k := ids.Numel() / T
+	dense := b.alloc(npu.F32, T, E)
+	b.do(func() {
+		zero := b.scratch(npu.F32, T, E)
+		b.launch(C.NPU_OP_FILL_SCALAR, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+			return C.npu_fill_scalar(c.tensor(zero, nil, nil), c.scalar(0), ws, ex)
+		})
+		shape := []int{T, k}
+		b.launch(C.NPU_OP_SCATTER, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+			return C.npu_scatter(c.tensor(zero, nil, nil), 1, c.tensor(ids, shape, nil), c.tensor(weights, shape, nil), 0, c.tensor(dense, nil, nil), ws, ex)
+		})
+	})
+	h, a, y := b.alloc(npu.F32, T, 2*I), b.alloc(npu.F32, T, I), b.alloc(npu.F32, T, D)
 	for e := range E {
-		n := len(toks[e])
-		if n == 0 {
-			continue
-		}
-		ti, pi := b.uploadI32(toks[e]), b.uploadI32(pos[e])
-		xe := b.alloc(npu.F32, n, D)
-		b.Gather(xe, x, ti)
-		h := b.alloc(npu.F32, n, 2*I)
-		b.MatMul(h, xe, gateUp.Rows(e, e+1).Reshape(2*I, D))
-		a := b.alloc(npu.F32, n, I)
+		b.MatMul(h, x, gateUp.Rows(e, e+1).Reshape(2*I, D))
 		b.SwiGLU(a, h, limit)
-		y := b.alloc(npu.F32, n, D)
-		b.MatMul(y, a, down.Rows(e, e+1).Reshape(D, I))
-		we := b.alloc(npu.F32, n, 1)
-		b.Gather(we, weights.Reshape(T*k, 1), pi)
 		b.do(func() {
 			b.launch(C.NPU_OP_MUL, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
-				return C.npu_mul(c.tensor(y, nil, nil), c.tensor(we, nil, nil), c.tensor(y, nil, nil), ws, ex)
+				return C.npu_mul(c.tensor(a, nil, nil), c.view(dense, e, []int{T, 1}, []int{E, 1}), c.tensor(a, nil, nil), ws, ex)
 			})
 		})
-		acc := b.alloc(npu.F32, n, D)
-		b.Gather(acc, out.Reshape(T, D), ti)
-		b.Add(acc, acc, y)
-		b.Scatter(out.Reshape(T, D), acc, ti)
+		b.MatMul(y, a, down.Rows(e, e+1).Reshape(D, I))
+		b.Add(out, out, y)
 	}
 }
 
@@ -124,7 +86,7 @@ func (b *Backend) MoE(out, x, gateUp, down, weights, ids *npu.Tensor, limit floa
 // out's rows are aclnnMul of the overlapping view u[t+i, c] ([L, W, C],
 // strides {C, C, 1}, no copy) by w viewed [W, C] and aclnnReduceSum over
 // the taps, and the state slot gets u's last W-1 rows (aclnnInplaceCopy);
-// one aclnnSilu over out follows. Cost: one sync, 5 operators per sequence
+// one aclnnSilu over out follows. Cost: 5 operators per sequence
 // and a scratch product of L*W*C (about 2W passes over x's size).
 func (b *Backend) Conv1d(out, x, state, w *npu.Tensor, seqs *npu.SeqLayout, silu bool) {
 	if x.Rank() != 2 || w.Rank() != 2 || state.Rank() != 3 || x.DType() != npu.F32 || out.DType() != npu.F32 || state.DType() != npu.F32 {
@@ -135,21 +97,15 @@ func (b *Backend) Conv1d(out, x, state, w *npu.Tensor, seqs *npu.SeqLayout, silu
 	if w.Dim(0) != C || W < 1 || state.Dim(1) != H || state.Dim(2) != C || !npu.SameShape(out.Shape(), x.Shape()) {
 		panic(fmt.Sprintf("ascend: Conv1d shapes out %v, x %v, w %v, state %v disagree", out, x, w, state))
 	}
-	if seqs == nil || seqs.QueryStart == nil || seqs.StateSlot == nil || seqs.QueryStart.Numel() < seqs.NumSeqs+1 || seqs.StateSlot.Numel() < seqs.NumSeqs {
-		panic(fmt.Sprintf("ascend: Conv1d needs QueryStart and StateSlot for x %v", x))
+	if seqs == nil || seqs.NumRows != T {
+		panic(fmt.Sprintf("ascend: Conv1d needs the layout of x %v's rows", x))
 	}
 	B := seqs.NumSeqs
 	if B == 0 || T*C == 0 {
 		return
 	}
-	qs, ok := b.readI32(seqs.QueryStart.Reshape(-1).Rows(0, B+1))
-	if !ok {
-		return
-	}
-	slots, ok := b.readI32(seqs.StateSlot.Reshape(-1).Rows(0, B))
-	if !ok {
-		return
-	}
+	L := b.layout("Conv1d", seqs, false)
+	qs, slots := L.qs, L.slots
 	if int(qs[0]) != 0 || int(qs[B]) != T {
 		panic(fmt.Sprintf("ascend: Conv1d QueryStart %v does not cover x %v", qs, x))
 	}
@@ -200,11 +156,12 @@ func (b *Backend) Conv1d(out, x, state, w *npu.Tensor, seqs *npu.SeqLayout, silu
 // once for the batch, q and k are l2-normalised (aclnnRmsNorm with eps/K
 // on strided views of qkv, then aclnnMuls by K^-0.5 for k and K^-1 for q,
 // which folds q's K^-0.5 scale) and the decays exp(g) taken (aclnnExp);
-// QueryStart and StateSlot are read back (one sync); then per token, on
+// QueryStart and StateSlot come from the layout's host shadow (no sync);
+// then per token, on
 // the state slot in place, S = diag(exp(g_t)) S (aclnnMul), kᵀS
 // (aclnnBatchMatMul over heads), δ = β_t (v_t − kᵀS) (aclnnAdd with alpha
 // −1, aclnnMul), S += k δᵀ (aclnnBatchMatMul into scratch, aclnnAdd) and
-// o_t = qᵀS (aclnnBatchMatMul into out). Cost: one sync, 7 operators per
+// o_t = qᵀS (aclnnBatchMatMul into out). Cost: 7 operators per
 // token and about 4 passes over the H*K*V state per token: correct, and
 // far too slow for long prefills. chunk > 0 is accepted and runs the same
 // recurrence (the chunked form is equal to it up to rounding); a chunked
@@ -231,14 +188,8 @@ func (b *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout,
 	if T == 0 || B == 0 {
 		return
 	}
-	qs, ok := b.readI32(seqs.QueryStart.Reshape(-1).Rows(0, B+1))
-	if !ok {
-		return
-	}
-	slots, ok := b.readI32(seqs.StateSlot.Reshape(-1).Rows(0, B))
-	if !ok {
-		return
-	}
+	L := b.layout("KDA", seqs, false)
+	qs, slots := L.qs, L.slots
 	if int(qs[0]) != 0 || int(qs[B]) != T {
 		panic(fmt.Sprintf("ascend: KDA QueryStart %v does not cover %d rows", qs, T))
 	}

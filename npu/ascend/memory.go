@@ -132,6 +132,7 @@ func (b *Backend) Upload(dst *npu.Tensor, src []byte) error {
 		return nil
 	}
 	buf := b.dbuf(dst)
+	b.shadowUpload(dst, src)
 	var err error
 	b.do(func() {
 		var h uintptr
@@ -186,5 +187,6 @@ func (b *Backend) Free(t *npu.Tensor) {
 	}
 	p := buf.ptr
 	buf.ptr = 0
+	b.dropShadows(buf, 0, buf.n)
 	b.do(func() { b.pending = append(b.pending, p) })
 }

@@ -199,6 +199,7 @@ func (b *Backend) Copy(dst, src *npu.Tensor) {
 	if dst.Numel() != src.Numel() || !npu.Convertible(dst.DType(), src.DType()) || src.DType() == npu.F8E4M3 {
 		panic(fmt.Sprintf("ascend: Copy %v into %v", src, dst))
 	}
+	b.wrote(dst)
 	if dst.Numel() == 0 {
 		return
 	}
