@@ -37,6 +37,7 @@ type Backend struct {
 	pending     []uintptr // device memory freed at the next Sync
 	hostPending []uintptr
 	ones        map[int]*npu.Tensor // RMSNorm's unit gamma by width
+	cap         *capture            // the graph capture in progress (graph.go)
 	err         error
 	closed      bool
 }
@@ -133,7 +134,11 @@ func (b *Backend) fail(err error) {
 }
 
 // sync waits for the stream and frees pending memory (device thread).
+// During a graph capture it is refused (no sync while capturing).
 func (b *Backend) sync() error {
+	if b.cap != nil {
+		return errCapture("a stream sync")
+	}
 	err := acl.SynchronizeStream(b.stream)
 	for _, p := range b.pending {
 		_ = acl.Free(p)
@@ -155,6 +160,9 @@ func (b *Backend) sync() error {
 // Sync waits until the stream has finished and returns, once, the first
 // failure of the work enqueued since the last report.
 func (b *Backend) Sync() error {
+	if b.cap != nil {
+		return b.refuse("Sync")
+	}
 	var err error
 	b.do(func() { err = b.sync() })
 	return err
@@ -167,6 +175,7 @@ func (b *Backend) Close() error {
 	}
 	var err error
 	b.do(func() {
+		b.endCaptureForClose()
 		for _, t := range b.ones {
 			b.pending = append(b.pending, t.Buffer().(*buffer).ptr)
 		}
