@@ -33,8 +33,11 @@ const childEnv = "NPUSERVE_ASCEND_TEST_CHILD"
 var mode string // "real", "fake", or why neither
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "unavailable" {
+	switch os.Getenv(childEnv) {
+	case "unavailable":
 		os.Exit(unavailableChild())
+	case "timeoutenv":
+		os.Exit(timeoutEnvChild())
 	}
 	var cleanup func()
 	if os.Getenv("NPUSERVE_TEST_HCCL") == "1" {

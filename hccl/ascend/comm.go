@@ -137,6 +137,7 @@ func initComm(ri hccl.RootInfo, rank, size int, opts hccl.Options) (hccl.Comm, e
 	if err != nil {
 		return nil, fail(err)
 	}
+	applyTimeoutEnv(opts, nil) // before the process's first HcclCommInitRootInfo (env.go)
 	c := &comm{rank: rank, size: size, opts: opts, dev: d}
 	var info C.npu_hccl_root_info
 	copy(unsafe.Slice((*byte)(unsafe.Pointer(&info)), len(blob)), blob)

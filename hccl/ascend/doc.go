@@ -16,7 +16,10 @@
 // in 100 ms slices, so the operation timeout, Abort and Close always take
 // effect. Reductions run with HCCL's deterministic mode on, so every rank
 // gets the same bits; the reduction order is HCCL's, not the TCP
-// transport's, so results may differ from it in the last bits.
+// transport's, so results may differ from it in the last bits. HCCL's own
+// timeouts follow ours: before the process's first init the transport sets
+// HCCL_CONNECT_TIMEOUT and HCCL_EXEC_TIMEOUT from Options.InitTimeout and
+// Timeout unless the user set them, and logs it once (env.go).
 //
 // Status, honestly: this code has never run on Ascend hardware or against
 // a real CANN installation. It is built and vetted on every change, and its

@@ -39,6 +39,7 @@ type Backend struct {
 	ones        map[int]*npu.Tensor  // RMSNorm's unit gamma by width
 	shadows     map[*buffer][]shadow // host copies of small I32 uploads (shadow.go)
 	syncs       int                  // stream syncs so far (tests: no op syncs)
+	cap         *capture             // the graph capture in progress (graph.go)
 	err         error
 	closed      bool
 }
@@ -135,7 +136,11 @@ func (b *Backend) fail(err error) {
 }
 
 // sync waits for the stream and frees pending memory (device thread).
+// During a graph capture it is refused (no sync while capturing).
 func (b *Backend) sync() error {
+	if b.cap != nil {
+		return errCapture("a stream sync")
+	}
 	b.syncs++
 	err := acl.SynchronizeStream(b.stream)
 	for _, p := range b.pending {
@@ -158,6 +163,9 @@ func (b *Backend) sync() error {
 // Sync waits until the stream has finished and returns, once, the first
 // failure of the work enqueued since the last report.
 func (b *Backend) Sync() error {
+	if b.cap != nil {
+		return b.refuse("Sync")
+	}
 	var err error
 	b.do(func() { err = b.sync() })
 	return err
@@ -170,6 +178,7 @@ func (b *Backend) Close() error {
 	}
 	var err error
 	b.do(func() {
+		b.endCaptureForClose()
 		for _, t := range b.ones {
 			b.pending = append(b.pending, t.Buffer().(*buffer).ptr)
 		}

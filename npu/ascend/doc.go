@@ -51,6 +51,11 @@
 // backend; tests construct the backend with New and run npu/opcheck's conformance
 // table (what `npuserve selftest` runs) for every implemented op.
 //
+// Graph capture (npu.GraphCapturer, graph.go): aclmdlRICaptureBegin in
+// THREAD_LOCAL mode on the device thread, executors made repeatable and
+// workspaces and scratch owned by the graph while capturing,
+// aclmdlRIExecuteAsync to replay, aclmdlRIDestroy on Close.
+//
 // Status, honestly: this code has run only against the stand-in CANN in
 // testdata/standin, a test double written by us from the public API
 // documentation (ascend-api.md), which the tests compile with the system C

@@ -77,6 +77,9 @@ func (b *Backend) syncKeep() error {
 // Alloc returns a zero-filled tensor (the fill is enqueued), or an
 // *npu.AllocError wrapping npu.ErrOutOfMemory when the NPU is full.
 func (b *Backend) Alloc(dt npu.DType, shape ...int) (*npu.Tensor, error) {
+	if b.cap != nil {
+		return nil, b.refuse(fmt.Sprintf("Alloc %v %v", dt, shape))
+	}
 	n, err := npu.ShapeBytes(dt, shape...)
 	if err == nil && dt.Size() == 0 {
 		err = fmt.Errorf("ascend: cannot allocate dtype %v", dt)
@@ -107,6 +110,9 @@ func (b *Backend) Alloc(dt npu.DType, shape ...int) (*npu.Tensor, error) {
 // FromHost allocates a tensor and enqueues the copy of data into it (data
 // is staged, never aliased).
 func (b *Backend) FromHost(dt npu.DType, data []byte, shape ...int) (*npu.Tensor, error) {
+	if b.cap != nil {
+		return nil, b.refuse("FromHost")
+	}
 	n, err := npu.ShapeBytes(dt, shape...)
 	if err != nil || n != int64(len(data)) {
 		return nil, fmt.Errorf("ascend: FromHost %v %v needs %d bytes, got %d", dt, shape, n, len(data))
@@ -125,6 +131,9 @@ func (b *Backend) FromHost(dt npu.DType, data []byte, shape ...int) (*npu.Tensor
 // Upload stages src in page-locked host memory (so the caller may reuse
 // src at once) and enqueues its copy into dst.
 func (b *Backend) Upload(dst *npu.Tensor, src []byte) error {
+	if b.cap != nil {
+		return b.refuse("Upload")
+	}
 	if len(src) != dst.Bytes() {
 		return fmt.Errorf("ascend: Upload %d bytes into %v", len(src), dst)
 	}
@@ -152,6 +161,9 @@ func (b *Backend) Upload(dst *npu.Tensor, src []byte) error {
 // Download waits for the stream, then copies src to dst. It returns the
 // first failure of the work it waited for (and copies nothing then).
 func (b *Backend) Download(dst []byte, src *npu.Tensor) error {
+	if b.cap != nil {
+		return b.refuse("Download")
+	}
 	if len(dst) != src.Bytes() {
 		return fmt.Errorf("ascend: Download %v into %d bytes", src, len(dst))
 	}
@@ -184,6 +196,9 @@ func (b *Backend) Free(t *npu.Tensor) {
 	}
 	if buf.ptr == 0 {
 		return
+	}
+	if b.cap != nil {
+		panic(fmt.Sprintf("ascend: Free of %v during graph capture: the graph may use it (free it after closing the graph)", t))
 	}
 	p := buf.ptr
 	buf.ptr = 0

@@ -122,6 +122,9 @@ func (c *call) run(op C.int, rc C.int, ws C.uint64_t, ex C.uintptr_t) {
 		b.fail(aclnnError(name+"GetWorkspaceSize", rc))
 		return
 	}
+	if b.cap != nil && !b.cap.keep(b, name, ex) {
+		return
+	}
 	var wsp uintptr
 	if ws > 0 {
 		var err error
@@ -139,6 +142,9 @@ func (c *call) run(op C.int, rc C.int, ws C.uint64_t, ex C.uintptr_t) {
 // reused: operators on the one stream run in order, so the next one may
 // reuse it; a buffer outgrown is freed at the next Sync.
 func (b *Backend) workspace(n int) (uintptr, error) {
+	if b.cap != nil {
+		return b.cap.workspace(b, n)
+	}
 	if n <= b.wsBytes {
 		return b.ws, nil
 	}
@@ -154,15 +160,15 @@ func (b *Backend) workspace(n int) (uintptr, error) {
 	return p, nil
 }
 
-// scratch allocates a temporary tensor freed at the next Sync (device
-// thread).
+// scratch allocates a temporary tensor freed at the next Sync, or with
+// the graph being captured (device thread).
 func (b *Backend) scratch(dt npu.DType, shape ...int) *npu.Tensor {
 	n, _ := npu.ShapeBytes(dt, shape...)
 	p, err := b.malloc(max(int(n), 1))
 	if err != nil {
 		panic(fmt.Sprintf("ascend: scratch %v %v: %v", dt, shape, err))
 	}
-	b.pending = append(b.pending, p)
+	b.later(p, max(int(n), 1))
 	return npu.NewTensor(&buffer{ptr: p, n: int(n), be: b}, 0, dt, shape...)
 }
 
@@ -369,6 +375,10 @@ func (b *Backend) unitGamma(n int) *npu.Tensor {
 	var ex C.uintptr_t
 	rc := C.npu_fill_scalar(c.tensor(t, nil, nil), c.scalar(1), &ws, &ex)
 	c.run(C.NPU_OP_FILL_SCALAR, rc, ws, ex)
+	if b.cap != nil { // its fill is recorded, not run: the graph's own
+		b.cap.own(p, 4*n)
+		return t
+	}
 	b.ones[n] = t
 	return t
 }

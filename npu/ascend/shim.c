@@ -19,6 +19,10 @@ static T (*p_aclCreateScalar)(void *value, int dtype);
 static int (*p_aclDestroyScalar)(T);
 static T (*p_aclCreateIntArray)(const int64_t *value, uint64_t size);
 static int (*p_aclDestroyIntArray)(T);
+// Repeatable executors (OPBASE aclSetAclOpExecutorRepeatable.md,
+// aclDestroyAclOpExecutor.md), for graph capture.
+static int (*p_aclSetAclOpExecutorRepeatable)(T);
+static int (*p_aclDestroyAclOpExecutor)(T);
 
 // Phase 2 of every operator: (workspace, size, executor, stream).
 typedef int (*run_fn)(void *, uint64_t, T, void *);
@@ -75,6 +79,8 @@ int npu_aclnn_load(const char *nnopbase, const char *const *opapi, int n, char *
 	p_aclDestroyScalar = dlsym(h, "aclDestroyScalar");
 	p_aclCreateIntArray = dlsym(h, "aclCreateIntArray");
 	p_aclDestroyIntArray = dlsym(h, "aclDestroyIntArray");
+	p_aclSetAclOpExecutorRepeatable = dlsym(h, "aclSetAclOpExecutorRepeatable"); // optional: graph capture only
+	p_aclDestroyAclOpExecutor = dlsym(h, "aclDestroyAclOpExecutor");
 	if (!p_aclCreateTensor || !p_aclDestroyTensor || !p_aclCreateScalar || !p_aclDestroyScalar || !p_aclCreateIntArray || !p_aclDestroyIntArray) {
 		snprintf(err, errlen, "%s lacks aclCreateTensor/aclDestroyTensor/aclCreateScalar/aclDestroyScalar/aclCreateIntArray/aclDestroyIntArray", nnopbase);
 		return -3;
@@ -194,3 +200,9 @@ int npu_aclnn_run(int op, uintptr_t workspace, uint64_t size, uintptr_t executor
 	}
 	return phase2[op]((void *)workspace, size, (T)executor, (void *)stream);
 }
+
+int npu_executor_api(void) { return p_aclSetAclOpExecutorRepeatable != NULL && p_aclDestroyAclOpExecutor != NULL; }
+int npu_executor_repeatable(uintptr_t ex) {
+	return p_aclSetAclOpExecutorRepeatable == NULL ? NPU_ACLNN_SYMBOL_MISSING : p_aclSetAclOpExecutorRepeatable((T)ex);
+}
+int npu_executor_destroy(uintptr_t ex) { return p_aclDestroyAclOpExecutor == NULL ? NPU_ACLNN_SYMBOL_MISSING : p_aclDestroyAclOpExecutor((T)ex); }

@@ -89,6 +89,14 @@ int npu_div(uintptr_t self, uintptr_t other, uintptr_t out, uint64_t *ws, uintpt
 int npu_scatter(uintptr_t self, int64_t dim, uintptr_t index, uintptr_t src, int64_t reduce, uintptr_t out, uint64_t *ws, uintptr_t *ex);
 int npu_softplus(uintptr_t self, uintptr_t beta, uintptr_t threshold, uintptr_t out, uint64_t *ws, uintptr_t *ex);
 
+// Repeatable executors (libnnopbase), for graph capture: npu_executor_api
+// reports whether both symbols loaded; npu_executor_repeatable is
+// aclSetAclOpExecutorRepeatable (right after phase 1), npu_executor_destroy
+// aclDestroyAclOpExecutor (of a repeatable executor).
+int npu_executor_api(void);
+int npu_executor_repeatable(uintptr_t ex);
+int npu_executor_destroy(uintptr_t ex);
+
 // Phase 2, the same signature for every operator.
 int npu_aclnn_run(int op, uintptr_t workspace, uint64_t size, uintptr_t executor, uintptr_t stream);
 

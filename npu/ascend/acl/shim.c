@@ -44,7 +44,12 @@
 	X(0, const char *, aclrtGetSocName, (void))                                                       \
 	X(0, int, aclsysGetVersionStr, (char *pkg_name, char *version))                                   \
 	X(0, int, aclrtGetVersion, (int32_t * major, int32_t * minor, int32_t * patch))                   \
-	X(0, const char *, aclGetRecentErrMsg, (void))
+	X(0, const char *, aclGetRecentErrMsg, (void))                                                    \
+	X(0, int, aclmdlRICaptureBegin, (void *stream, int mode))                                         \
+	X(0, int, aclmdlRICaptureGetInfo, (void *stream, int *status, void **model))                      \
+	X(0, int, aclmdlRICaptureEnd, (void *stream, void **model))                                       \
+	X(0, int, aclmdlRIExecuteAsync, (void *model, void *stream))                                      \
+	X(0, int, aclmdlRIDestroy, (void *model))
 
 #define NPU_DECLARE(req, ret, name, params) static ret(*p_##name) params;
 NPU_ACL_API(NPU_DECLARE)
@@ -162,3 +167,21 @@ void npu_aclGetRecentErrMsg(char *buf, size_t len) {
 }
 
 void npu_host_write(uintptr_t dst, const void *src, size_t n) { memcpy((void *)dst, src, n); }
+
+// Graph capture (acl_mdl.h; ascend-api.md §5). The mode and status enums
+// (aclmdlRICaptureMode, aclmdlRICaptureStatus) are passed as int.
+int npu_aclmdlRICaptureBegin(uintptr_t stream, int mode) { CALL(aclmdlRICaptureBegin, P(stream), mode); }
+int npu_aclmdlRICaptureGetInfo(uintptr_t stream, int *status, uintptr_t *model) {
+	void *m = NULL;
+	int rc = p_aclmdlRICaptureGetInfo == NULL ? NPU_ACL_SYMBOL_MISSING : p_aclmdlRICaptureGetInfo(P(stream), status, &m);
+	*model = (uintptr_t)m;
+	return rc;
+}
+int npu_aclmdlRICaptureEnd(uintptr_t stream, uintptr_t *model) {
+	void *m = NULL;
+	int rc = p_aclmdlRICaptureEnd == NULL ? NPU_ACL_SYMBOL_MISSING : p_aclmdlRICaptureEnd(P(stream), &m);
+	*model = (uintptr_t)m;
+	return rc;
+}
+int npu_aclmdlRIExecuteAsync(uintptr_t model, uintptr_t stream) { CALL(aclmdlRIExecuteAsync, P(model), P(stream)); }
+int npu_aclmdlRIDestroy(uintptr_t model) { CALL(aclmdlRIDestroy, P(model)); }

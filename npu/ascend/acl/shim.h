@@ -56,6 +56,14 @@ int npu_aclrtGetVersion(int32_t *major, int32_t *minor, int32_t *patch);
 // message (reading clears it); empty when there is none.
 void npu_aclGetRecentErrMsg(char *buf, size_t len);
 
+// Graph capture: aclmdlRICaptureBegin/GetInfo/End, aclmdlRIExecuteAsync,
+// aclmdlRIDestroy (models cross as uintptr_t).
+int npu_aclmdlRICaptureBegin(uintptr_t stream, int mode);
+int npu_aclmdlRICaptureGetInfo(uintptr_t stream, int *status, uintptr_t *model);
+int npu_aclmdlRICaptureEnd(uintptr_t stream, uintptr_t *model);
+int npu_aclmdlRIExecuteAsync(uintptr_t model, uintptr_t stream);
+int npu_aclmdlRIDestroy(uintptr_t model);
+
 // npu_host_write copies n bytes of src into host memory at dst (memory
 // from aclrtMallocHost, addressed by uintptr_t).
 void npu_host_write(uintptr_t dst, const void *src, size_t n);

@@ -333,10 +333,29 @@ int HcclGetRootInfo(char *info) {
 
 uint32_t HcclGetCommConfigCapability(void) { return 12; }
 
+// log_init_env appends the HCCL environment that this init sees to the
+// file FAKECANN_ENV_LOG names (tests read it: "rank R HCCL_CONNECT_TIMEOUT=v
+// HCCL_EXEC_TIMEOUT=v", "-" for unset), as HCCL reads it at init.
+static void log_init_env(uint32_t rank) {
+	const char *path = getenv("FAKECANN_ENV_LOG");
+	if (path == NULL || *path == '\0') {
+		return;
+	}
+	const char *ct = getenv("HCCL_CONNECT_TIMEOUT"), *et = getenv("HCCL_EXEC_TIMEOUT");
+	pthread_mutex_lock(&groups_mu);
+	FILE *f = fopen(path, "a");
+	if (f != NULL) {
+		fprintf(f, "rank %u HCCL_CONNECT_TIMEOUT=%s HCCL_EXEC_TIMEOUT=%s\n", rank, ct ? ct : "-", et ? et : "-");
+		fclose(f);
+	}
+	pthread_mutex_unlock(&groups_mu);
+}
+
 static int init(uint32_t n, const char *info, uint32_t rank, const config *cfg, void **out) {
 	if (memcmp(info, "FAKECANN", 8) != 0 || n == 0 || n > MAXR || rank >= n) {
 		return E_PARA;
 	}
+	log_init_env(rank);
 	double timeout = 1836;
 	if (cfg != NULL) {
 		// The binding's struct must match HCCL's v10 layout.

@@ -363,10 +363,16 @@ static int check_copy(const char *who, void *dst, size_t dmax, const void *src, 
 	return 0;
 }
 
+static int capture_unsafe_check(const char *who);
+
 int aclrtMemcpy(void *dst, size_t dmax, const void *src, size_t count, int kind) {
 	NEED_INIT();
 	NEED_CTX();
-	int rc = check_copy("aclrtMemcpy", dst, dmax, src, count, kind);
+	int rc = capture_unsafe_check("aclrtMemcpy");
+	if (rc) {
+		return rc;
+	}
+	rc = check_copy("aclrtMemcpy", dst, dmax, src, count, kind);
 	if (rc == 0) {
 		memcpy(dst, src, count);
 	}
@@ -376,6 +382,10 @@ int aclrtMemcpy(void *dst, size_t dmax, const void *src, size_t count, int kind)
 int aclrtMemset(void *p, size_t max, int32_t value, size_t count) {
 	NEED_INIT();
 	NEED_CTX();
+	int rc = capture_unsafe_check("aclrtMemset");
+	if (rc) {
+		return rc;
+	}
 	if (count > max || !standin_dev_range(p, count)) {
 		return standin_violation(ACL_ERROR_INVALID_PARAM, "memset-device-range", "aclrtMemset(%p, max %zu, count %zu)", p, max, count);
 	}
@@ -404,6 +414,7 @@ typedef struct stream {
 	int stop;
 	int err;
 	char errmsg[1024];
+	struct capture *cap; // non-NULL between aclmdlRICaptureBegin and End
 } stream;
 
 static __thread stream *t_running; // the stream whose task this thread runs
@@ -479,8 +490,16 @@ STANDIN_EXPORT int standin_stream_ok(void *p, const char *who) {
 	return 0;
 }
 
+static int capture_record(stream *s, int (*fn)(void *), void *arg, void (*done)(void *));
+
 STANDIN_EXPORT int standin_enqueue(void *p, int (*fn)(void *), void *arg, void (*done)(void *)) {
 	stream *s = p;
+	pthread_mutex_lock(&s->mu);
+	int capturing = s->cap != NULL;
+	pthread_mutex_unlock(&s->mu);
+	if (capturing) {
+		return capture_record(s, fn, arg, done);
+	}
 	task *t = calloc(1, sizeof *t);
 	t->fn = fn;
 	t->arg = arg;
@@ -547,9 +566,14 @@ static int wait_upto(stream *s, uint64_t seq, int32_t ms) {
 	return err;
 }
 
+static int capture_sync_check(stream *s, const char *who);
+
 int aclrtSynchronizeStreamWithTimeout(void *p, int32_t ms) {
 	NEED_INIT();
 	int rc = standin_stream_ok(p, "aclrtSynchronizeStream");
+	if (rc == 0) {
+		rc = capture_sync_check(p, "aclrtSynchronizeStream");
+	}
 	if (rc) {
 		return rc;
 	}
@@ -582,6 +606,9 @@ int aclrtDestroyStream(void *p) {
 	stream *s = p;
 	if (!stream_live(s)) {
 		return standin_violation(ACL_ERROR_INVALID_PARAM, "live-stream", "aclrtDestroyStream(%p)", p);
+	}
+	if (s->cap != NULL) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "end-capture-before-destroy", "aclrtDestroyStream of a capturing stream (aclmdlRICaptureEnd first)");
 	}
 	pthread_mutex_lock(&s->mu);
 	int busy = s->executed < s->enq;
@@ -681,6 +708,10 @@ int aclrtRecordEvent(void *p, void *st) {
 	if (e == NULL || e->magic != EVENT_MAGIC) {
 		return standin_violation(ACL_ERROR_INVALID_PARAM, "live-event", "aclrtRecordEvent(%p)", p);
 	}
+	if (((stream *)st)->cap != NULL) {
+		return standin_violation(ACL_ERROR_RT_PARAM_INVALID, "standin-no-events-in-capture",
+					 "aclrtRecordEvent on a capturing stream: the stand-in does not model events inside a graph");
+	}
 	standin_enqueue(st, NULL, NULL, NULL);
 	stream *s = st;
 	pthread_mutex_lock(&s->mu);
@@ -694,6 +725,10 @@ int aclrtSynchronizeEvent(void *p) {
 	event *e = p;
 	if (e == NULL || e->magic != EVENT_MAGIC) {
 		return standin_violation(ACL_ERROR_INVALID_PARAM, "live-event", "aclrtSynchronizeEvent(%p)", p);
+	}
+	int rc = capture_sync_check(e->s, "aclrtSynchronizeEvent");
+	if (rc) {
+		return rc;
 	}
 	if (e->s == NULL) {
 		return 0; // never recorded: complete
@@ -725,4 +760,304 @@ int aclrtStreamWaitEvent(void *st, void *p) {
 	wait_task *w = malloc(sizeof *w);
 	w->e = *e;
 	return standin_enqueue(st, run_wait, w, free);
+}
+
+// ---- graph capture (aclmdlRI), ascend-api.md §5 ----
+//
+// Between aclmdlRICaptureBegin and aclmdlRICaptureEnd the work enqueued on
+// the stream (copies, memsets, aclnn phase 2) is recorded into the model,
+// not run; aclmdlRIExecuteAsync enqueues the recorded tasks again, in
+// order, on a stream: they use the addresses they were given and read the
+// memory's contents when they run. The recorded arguments belong to the
+// model until aclmdlRIDestroy. Rules (the codes are those ascend-api.md
+// §5 lists; which of 107027/107029 is which is not stated there, so the
+// stand-in uses 107027 for the refused call and 107029 for ending an
+// invalidated capture):
+//   - no stream or event synchronisation during a capture, in any mode:
+//     neither of the capturing stream (from any thread) nor of any stream
+//     or event from the capturing thread; the call fails and invalidates
+//     the capture (its End then fails);
+//   - the sync memory calls (aclrtMemcpy, aclrtMemset) are refused while a
+//     GLOBAL capture runs anywhere, or a THREAD_LOCAL one on this thread;
+//     RELAXED allows them;
+//   - begin and end on the same thread, with a current context of the
+//     stream's device; captures do not nest on a stream, and a thread
+//     captures one stream at a time;
+//   - a model is destroyed only once its queued replays have run.
+// aclnn's single-use executors (nnopbase.c) are consumed by the first run
+// of the recorded phase 2, so a model holding one fails its second replay:
+// the stand-in's strict reading of "single use unless repeatable".
+
+#define ACL_ERROR_RT_CAPTURE_SYNC 107027
+#define ACL_ERROR_RT_CAPTURE_INVALIDATED 107029
+#define ACL_ERROR_RT_CAPTURE_MODE 107030
+#define ACL_ERROR_RT_CAPTURE_WRONG_THREAD 107038
+#define MODEL_MAGIC 0x3d3d3d3du
+
+enum { CAPTURE_GLOBAL = 0, CAPTURE_THREAD_LOCAL = 1, CAPTURE_RELAXED = 2 };
+enum { CAPTURE_STATUS_NONE = 0, CAPTURE_STATUS_ACTIVE = 1, CAPTURE_STATUS_INVALIDATED = 2 };
+
+typedef struct rtask {
+	int (*fn)(void *);
+	void *arg;
+	void (*done)(void *);
+} rtask;
+
+typedef struct model {
+	uint32_t magic;
+	int device;
+	rtask *tasks;
+	size_t n, capn;
+	int inflight; // replay tasks queued and not yet run (g_mu)
+} model;
+
+typedef struct capture {
+	int mode;
+	pthread_t thread;
+	stream *s;
+	int invalid;
+	char why[1024];
+	model *m;
+	struct capture *next; // in g_captures
+} capture;
+
+static capture *g_captures;         // every capture in progress (g_mu)
+static __thread capture *t_capture; // the capture this thread began
+
+static void invalidate(capture *c, const char *why) {
+	if (!c->invalid) {
+		c->invalid = 1;
+		snprintf(c->why, sizeof c->why, "%s", why);
+	}
+}
+
+static int capture_record(stream *s, int (*fn)(void *), void *arg, void (*done)(void *)) {
+	pthread_mutex_lock(&s->mu);
+	model *m = s->cap->m;
+	if (m->n == m->capn) {
+		m->capn = m->capn ? 2 * m->capn : 16;
+		m->tasks = realloc(m->tasks, m->capn * sizeof *m->tasks);
+	}
+	m->tasks[m->n++] = (rtask){fn, arg, done};
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+static int capture_sync_check(stream *s, const char *who) {
+	capture *c = NULL;
+	if (s != NULL) {
+		pthread_mutex_lock(&s->mu);
+		c = s->cap;
+		pthread_mutex_unlock(&s->mu);
+	}
+	if (c == NULL) {
+		c = t_capture;
+	}
+	if (c == NULL) {
+		return 0;
+	}
+	int rc = standin_violation(ACL_ERROR_RT_CAPTURE_SYNC, "no-sync-in-capture",
+				   "%s during a graph capture: no stream, event, context or device may be synchronised or queried while capturing", who);
+	pthread_mutex_lock(&g_mu);
+	invalidate(c, t_err);
+	pthread_mutex_unlock(&g_mu);
+	return rc;
+}
+
+static int capture_unsafe_check(const char *who) {
+	pthread_mutex_lock(&g_mu);
+	capture *bad = NULL;
+	for (capture *c = g_captures; c != NULL && bad == NULL; c = c->next) {
+		if (c->mode == CAPTURE_GLOBAL || (c->mode == CAPTURE_THREAD_LOCAL && c == t_capture)) {
+			bad = c;
+		}
+	}
+	pthread_mutex_unlock(&g_mu);
+	if (bad == NULL) {
+		return 0;
+	}
+	int rc = standin_violation(ACL_ERROR_RT_CAPTURE_MODE, "capture-mode-unsafe-call",
+				   "%s while a %s capture runs: synchronous memory calls are refused in GLOBAL mode (every thread) and THREAD_LOCAL mode "
+				   "(the capturing thread); switch this thread to RELAXED with aclmdlRICaptureThreadExchangeMode",
+				   who, bad->mode == CAPTURE_GLOBAL ? "GLOBAL" : "THREAD_LOCAL");
+	pthread_mutex_lock(&g_mu);
+	invalidate(bad, t_err);
+	pthread_mutex_unlock(&g_mu);
+	return rc;
+}
+
+int aclmdlRICaptureBegin(void *st, int mode) {
+	NEED_INIT();
+	int rc = standin_stream_ok(st, "aclmdlRICaptureBegin");
+	if (rc) {
+		return rc;
+	}
+	if (mode < CAPTURE_GLOBAL || mode > CAPTURE_RELAXED) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "capture-mode", "aclmdlRICaptureBegin mode %d", mode);
+	}
+	stream *s = st;
+	if (s->cap != NULL) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "capture-not-nested", "aclmdlRICaptureBegin on a stream that is already capturing");
+	}
+	if (t_capture != NULL) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "capture-one-stream-per-thread", "aclmdlRICaptureBegin while this thread captures another stream");
+	}
+	capture *c = calloc(1, sizeof *c);
+	c->mode = mode;
+	c->thread = pthread_self();
+	c->s = s;
+	c->m = calloc(1, sizeof *c->m);
+	c->m->magic = MODEL_MAGIC;
+	c->m->device = s->owner->device;
+	pthread_mutex_lock(&g_mu);
+	c->next = g_captures;
+	g_captures = c;
+	pthread_mutex_unlock(&g_mu);
+	pthread_mutex_lock(&s->mu);
+	s->cap = c;
+	pthread_mutex_unlock(&s->mu);
+	t_capture = c;
+	return 0;
+}
+
+int aclmdlRICaptureGetInfo(void *st, int *status, void **out) {
+	NEED_INIT();
+	int rc = standin_stream_ok(st, "aclmdlRICaptureGetInfo");
+	if (rc) {
+		return rc;
+	}
+	if (status == NULL) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "non-null-out", "aclmdlRICaptureGetInfo(status NULL)");
+	}
+	stream *s = st;
+	pthread_mutex_lock(&g_mu);
+	capture *c = s->cap;
+	*status = c == NULL ? CAPTURE_STATUS_NONE : c->invalid ? CAPTURE_STATUS_INVALIDATED : CAPTURE_STATUS_ACTIVE;
+	if (out != NULL) {
+		*out = c == NULL ? NULL : c->m;
+	}
+	pthread_mutex_unlock(&g_mu);
+	return 0;
+}
+
+static void model_free(model *m) {
+	for (size_t i = 0; i < m->n; i++) {
+		if (m->tasks[i].done != NULL) {
+			m->tasks[i].done(m->tasks[i].arg);
+		}
+	}
+	free(m->tasks);
+	m->magic = 0;
+	free(m);
+}
+
+int aclmdlRICaptureEnd(void *st, void **out) {
+	NEED_INIT();
+	int rc = standin_stream_ok(st, "aclmdlRICaptureEnd");
+	if (rc) {
+		return rc;
+	}
+	stream *s = st;
+	capture *c = s->cap;
+	if (c == NULL) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "capture-begun", "aclmdlRICaptureEnd on a stream that is not capturing");
+	}
+	if (!pthread_equal(c->thread, pthread_self())) {
+		return standin_violation(ACL_ERROR_RT_CAPTURE_WRONG_THREAD, "capture-same-thread",
+					 "aclmdlRICaptureEnd on another thread than its aclmdlRICaptureBegin");
+	}
+	if (out == NULL) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "non-null-out", "aclmdlRICaptureEnd(modelRI NULL)");
+	}
+	pthread_mutex_lock(&s->mu);
+	s->cap = NULL;
+	pthread_mutex_unlock(&s->mu);
+	pthread_mutex_lock(&g_mu);
+	for (capture **pc = &g_captures; *pc != NULL; pc = &(*pc)->next) {
+		if (*pc == c) {
+			*pc = c->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&g_mu);
+	t_capture = NULL;
+	*out = NULL;
+	if (c->invalid) {
+		model_free(c->m);
+		rc = standin_violation(ACL_ERROR_RT_CAPTURE_INVALIDATED, "capture-invalidated", "the capture was invalidated by a refused call: %s", c->why);
+		free(c);
+		return rc;
+	}
+	*out = c->m;
+	free(c);
+	return 0;
+}
+
+typedef struct {
+	model *m;
+	size_t i;
+} replay_task;
+
+static int run_replay(void *p) {
+	replay_task *r = p;
+	rtask *t = &r->m->tasks[r->i];
+	return t->fn == NULL ? 0 : t->fn(t->arg);
+}
+
+static void replay_done(void *p) {
+	replay_task *r = p;
+	pthread_mutex_lock(&g_mu);
+	r->m->inflight--;
+	pthread_mutex_unlock(&g_mu);
+	free(r);
+}
+
+static int model_live(model *m) { return m != NULL && m->magic == MODEL_MAGIC; }
+
+int aclmdlRIExecuteAsync(void *p, void *st) {
+	NEED_INIT();
+	int rc = standin_stream_ok(st, "aclmdlRIExecuteAsync");
+	if (rc) {
+		return rc;
+	}
+	model *m = p;
+	if (!model_live(m)) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "live-model", "aclmdlRIExecuteAsync(%p): not a live model (destroyed?)", p);
+	}
+	stream *s = st;
+	if (s->cap != NULL) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "standin-no-replay-in-capture",
+					 "aclmdlRIExecuteAsync on a capturing stream: the stand-in does not model graphs inside graphs");
+	}
+	if (m->device != s->owner->device) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "model-of-stream-device", "aclmdlRIExecuteAsync: model of device %d on a stream of device %d",
+					 m->device, s->owner->device);
+	}
+	for (size_t i = 0; i < m->n; i++) {
+		replay_task *r = malloc(sizeof *r);
+		*r = (replay_task){m, i};
+		pthread_mutex_lock(&g_mu);
+		m->inflight++;
+		pthread_mutex_unlock(&g_mu);
+		standin_enqueue(s, run_replay, r, replay_done);
+	}
+	return 0;
+}
+
+int aclmdlRIDestroy(void *p) {
+	NEED_INIT();
+	model *m = p;
+	if (!model_live(m)) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "live-model", "aclmdlRIDestroy(%p): not a live model", p);
+	}
+	pthread_mutex_lock(&g_mu);
+	int busy = m->inflight;
+	pthread_mutex_unlock(&g_mu);
+	if (busy) {
+		return standin_violation(ACL_ERROR_INVALID_PARAM, "destroy-after-replays",
+					 "aclmdlRIDestroy with %d tasks of its replays still queued: synchronize the stream first (captured resources must stay valid "
+					 "until the model is destroyed)", busy);
+	}
+	model_free(m);
+	return 0;
 }

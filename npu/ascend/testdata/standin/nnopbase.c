@@ -180,19 +180,28 @@ typedef struct {
 	void *ws;
 } run_arg;
 
+// run_task runs phase 2 on the stream. A single-use executor is consumed
+// by its run: a graph that recorded it (acl.c's capture) finds it dead on
+// its second replay and fails, naming the rule.
 static int run_task(void *p) {
 	run_arg *r = p;
+	if (r->e->magic != EXEC_MAGIC) {
+		char msg[256];
+		snprintf(msg, sizeof msg,
+			 "%s: a replayed graph runs a single-use executor that its first replay consumed: make each captured executor repeatable "
+			 "(aclSetAclOpExecutorRepeatable right after phase 1) and destroy it with the graph",
+			 r->e->op);
+		standin_stream_fail("graph-executor-repeatable", msg);
+		return 0;
+	}
 	r->e->run(r->e->args, r->ws);
-	return 0;
-}
-
-static void run_done(void *p) {
-	run_arg *r = p;
 	if (!r->e->repeatable) {
 		exec_free(r->e); // single-use: the framework frees it after phase 2
 	}
-	free(r);
+	return 0;
 }
+
+static void run_done(void *p) { free(p); }
 
 STANDIN_EXPORT int standin_phase2(const char *op, void *ws, uint64_t size, aclOpExecutor *e, void *stream) {
 	if (standin_current_ctx() == NULL) {
