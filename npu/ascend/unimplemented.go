@@ -12,8 +12,7 @@ import (
 // refuses to open the backend while this list is not empty, so
 // --device ascend never runs a partial backend; calling one directly (a
 // test that constructs the Backend with New) is a programming error.
-var unimplementedOps = []string{"DSAIndex", "SparseMLA", "PrepareQuant",
-	"MatMulQ", "MoEQ"}
+var unimplementedOps = []string{"DSAIndex", "SparseMLA"}
 
 func notImplemented(op string) { panic(fmt.Sprintf("ascend: %s is not implemented yet", op)) }
 
@@ -25,15 +24,4 @@ func (b *Backend) DSAIndex(out, q, w, pooled *npu.Tensor, seqs *npu.SeqLayout, p
 // SparseMLA is not implemented yet.
 func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.SeqLayout, heads, dk, dv int, scale float32) {
 	notImplemented("SparseMLA")
-}
-
-// PrepareQuant is not implemented yet.
-func (b *Backend) PrepareQuant(w *npu.QuantWeight) { notImplemented("PrepareQuant") }
-
-// MatMulQ is not implemented yet.
-func (b *Backend) MatMulQ(out, x *npu.Tensor, w *npu.QuantWeight) { notImplemented("MatMulQ") }
-
-// MoEQ is not implemented yet.
-func (b *Backend) MoEQ(out, x *npu.Tensor, gateUp, down *npu.QuantWeight, weights, ids *npu.Tensor, limit float32) {
-	notImplemented("MoEQ")
 }
