@@ -35,7 +35,16 @@
 // or routing ids back to the host (one stream sync per call) and then loop
 // per sequence, per expert or (KDA, 7 operators) per token (hostread.go). MoE's loop of aclnnMatmul is
 // the correct-but-slow path; aclnnGroupedMatmulV4 is the one to build.
-// The rest (DSAIndex, SparseMLA, PrepareQuant, MatMulQ, MoEQ) are
+// PrepareQuant, MatMulQ and MoEQ are in quant.go: int8 weights
+// transposed and cast to FRACTAL_NZ (aclnnNpuFormatCast), W8A8 static
+// (aclnnAscendQuantV3 + aclnnQuantMatmulWeightNz, int32 bias, deq scale),
+// W8A8_DYNAMIC (aclnnDynamicQuant on an F16 copy of x +
+// aclnnQuantMatmulWeightNz; it misses the 5e-3 conformance tolerance on
+// K = 77, see quant.go), W8A8_MXFP8 on 950 (aclnnDynamicMxQuant +
+// aclnnQuantMatmulV5, E8M0 scales), and MoEQ in the dense masked form
+// (every expert over every row, weighted by a device-built routing
+// matrix: E/k times the routed FLOPs, no host read).
+// The rest (DSAIndex, SparseMLA) are
 // in unimplementedOps, and Open refuses while that list is not empty (as
 // npu/cuda does), so `--device ascend` never runs a partial backend;
 // tests construct the backend with New and run npu/opcheck's conformance

@@ -371,23 +371,7 @@ func (b *Backend) matMulQ(p *qprep, e int, out, x *npu.Tensor, M int) {
 		x1s, x2s, bias = b.unitGamma(1<<bits.Len(uint(M-1))), p.deq, p.qbias
 	}
 	oh := b.scratch(npu.F16, M, N)
-	op := C.int(C.NPU_Q_QMM_WEIGHT_NZ)
-	if !p.nz {
-		op = C.NPU_Q_QMM_V5
-	}
-	b.qlaunch(op, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
-		var w2 C.uintptr_t
-		if p.nz {
-			w2 = c.nzTensor(p, e)
-		} else {
-			w2 = c.qtensor(p.w, aclInt8, e*K*N, []int{K, N}, nil)
-		}
-		var bt C.uintptr_t
-		if bias != nil {
-			bt = c.tensor(bias, nil, nil)
-		}
-		return C.npu_q_qmm(op, c.tensor(xq, mk, nil), w2, c.tensor(x1s, []int{M}, nil), c.view(x2s, x2off, []int{N}, nil), bt, 0, c.tensor(oh, mn, nil), ws, ex)
-	})
+	b.qmmInt8(p.nz, !p.nz, p, e, xq, x1s, x2s, x2off, bias, oh)
 	b.castView(out, oh, mn, nil)
 }
 
@@ -450,4 +434,31 @@ func (b *Backend) MoEQ(out, x *npu.Tensor, gateUp, down *npu.QuantWeight, weight
 			})
 		})
 	}
+}
+
+// qmmInt8 enqueues out (F16 [M, N]) = dequant(xq [M, K] · w_e) with
+// aclnnQuantMatmulWeightNz (nzOp) or aclnnQuantMatmulV5, describing p's
+// weight bytes as ND [K, N] (asND) or as expert e's FRACTAL_NZ tensor;
+// x1s [>= M] per-token scales, x2s per-channel scales from element x2off,
+// bias nil or I32 [N] (device thread).
+func (b *Backend) qmmInt8(nzOp, asND bool, p *qprep, e int, xq, x1s, x2s *npu.Tensor, x2off int, bias, out *npu.Tensor) {
+	M, N, K := xq.Dim(0), p.N, p.K
+	op := C.int(C.NPU_Q_QMM_V5)
+	if nzOp {
+		op = C.NPU_Q_QMM_WEIGHT_NZ
+	}
+	b.qlaunch(op, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+		var w2 C.uintptr_t
+		if asND {
+			w2 = c.qtensor(p.w, aclInt8, e*K*N, []int{K, N}, nil)
+		} else {
+			w2 = c.nzTensor(p, e)
+		}
+		var bt C.uintptr_t
+		if bias != nil {
+			bt = c.tensor(bias, nil, nil)
+		}
+		return C.npu_q_qmm(op, c.tensor(xq, []int{M, K}, nil), w2, c.tensor(x1s, []int{M}, nil), c.view(x2s, x2off, []int{N}, nil), bt, 0,
+			c.tensor(out, []int{M, N}, nil), ws, ex)
+	})
 }
