@@ -11,6 +11,7 @@ import "C"
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"sync"
 	"unsafe"
@@ -23,10 +24,12 @@ import (
 // vllm-ascend's W8A8_DYNAMIC, W8A8 and W8A8_MXFP8 methods take
 // (ascend-api.md §3 "NZ weights", §4.2, §4.3):
 //
-//	W8A8_DYNAMIC: x cast to F16 → aclnnDynamicQuant (per-token int8,
-//	  scale rowmax|x|/127, F32) → aclnnQuantMatmulWeightNz(int8 x, int8
-//	  NZ weight, x1Scale = per-token F32 [m], x2Scale = per-channel F32
-//	  [n]) into F16 → aclnnCast to F32.
+//	W8A8_DYNAMIC: per-token int8 quantization of x in float32 from
+//	  stock operators (rowQuant: aclnnAbs, aclnnAmax, aclnnClamp,
+//	  aclnnDivs, aclnnDiv, aclnnRound, aclnnCast; scale max|x|/127, F32)
+//	  → aclnnQuantMatmulWeightNz(int8 x, int8 NZ weight, x1Scale =
+//	  per-token F32 [m], x2Scale = per-channel F32 [n]) into F16 →
+//	  aclnnCast to F32.
 //	W8A8 (static): aclnnAscendQuantV3(x F32, scale = 1/input_scale,
 //	  offset = input_offset, "round", INT8) → aclnnQuantMatmulWeightNz with
 //	  the int32 quant_bias as bias, x2Scale = deq_scale (F32 [n]) and a
@@ -39,12 +42,21 @@ import (
 //	  weight ND [k, n], E8M0 scales (m, ceil(k/64), 2) and
 //	  (ceil(k/64), n, 2), groupSize 4295032864 = [1,1,32]) into F32.
 //
-// Why the casts: aclnnDynamicQuant takes FP16/BF16 x, and on A2/A3 the
-// int8 quant matmul writes FP16 or BF16 (not FP32). F16 (11-bit
-// significand) is used both ways to stay within the conformance tolerance
-// of the fp32 CPU reference (BF16's 8 bits would not); the price is F16's
-// range: an activation or an output beyond ±65504 overflows. On a real
-// NPU a BF16 variant may be preferable; that is for measurement.
+// Why F16 out: on A2/A3 the int8 quant matmul writes FP16 or BF16, not
+// FP32 (ascend-api.md §4.2). F16 (11-bit significand) stays within the
+// conformance tolerance of the fp32 CPU reference where BF16 (8 bits)
+// does not (measured on the stand-in, max rel err over 6 seeds: MatMulQ
+// W8A8_DYNAMIC 9x40x77 4.8e-4 with F16, 3.7e-3 with BF16); the price is
+// F16's range: an output beyond ±65504 overflows. Through MoEQ the F16
+// gate/up output is quantized again (the down projection's activations),
+// and a value that F16 moves across an int8 rounding boundary changes the
+// result by one quantization step: 1.6e-2 on the conformance case (seed
+// 7; 1.3e-3 to 4.0e-3 on seeds 1-5; 3.2e-4 with an F32 intermediate,
+// which A2/A3 do not offer). The int32-out grouped matmul + fused
+// aclnnDequantSwigluQuant path vllm-ascend takes (§4.4) would avoid it.
+// The activations are quantized in F32, not by aclnnDynamicQuant: that
+// takes only FP16/BF16 x, and the F16 copy moved the row maxima and the
+// int8 rounding (1.0e-2 on MatMulQ 9x40x77).
 //
 // PrepareQuant does what vllm-ascend's process_weights_after_loading
 // does: int8 weights are transposed to [k, n] and cast to FRACTAL_NZ with
@@ -328,7 +340,8 @@ func (b *Backend) MatMulQ(out, x *npu.Tensor, w *npu.QuantWeight) {
 }
 
 // matMulQ enqueues out [M, N] = x [M, K] · w_e^T for expert e (device
-// thread). Cost: 3 operators and 2 casts (int8 schemes), 2 (MXFP8).
+// thread). Cost: W8A8_DYNAMIC 9 operators (rowQuant's 7, the matmul and
+// the F16 → F32 cast); W8A8 3 (quantize, matmul, cast); MXFP8 2.
 func (b *Backend) matMulQ(p *qprep, e int, out, x *npu.Tensor, M int) {
 	N, K := p.N, p.K
 	if K == 0 {
@@ -356,12 +369,8 @@ func (b *Backend) matMulQ(p *qprep, e int, out, x *npu.Tensor, M int) {
 	var x1s, x2s, bias *npu.Tensor
 	x2off := 0
 	if p.scheme == npu.QW8A8Dynamic {
-		xh := b.scratch(npu.F16, M, K)
-		b.castView(xh, x, mk, nil)
 		x1s, x2s, x2off = b.scratch(npu.F32, M), p.scale, e*N
-		b.qlaunch(C.NPU_Q_DYNAMIC_QUANT, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
-			return C.npu_q_dynamic_quant(c.tensor(xh, mk, nil), 0, c.tensor(xq, mk, nil), c.tensor(x1s, nil, nil), ws, ex)
-		})
+		b.rowQuant(xq, x1s, x, M, K)
 	} else {
 		b.qlaunch(C.NPU_Q_ASCEND_QUANT_V3, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
 			return C.npu_q_ascend_quant_v3(c.tensor(x, mk, nil), c.tensor(p.recip, nil, nil), c.tensor(p.offset, nil, nil), aclInt8, -1,
@@ -434,6 +443,51 @@ func (b *Backend) MoEQ(out, x *npu.Tensor, gateUp, down *npu.QuantWeight, weight
 			})
 		})
 	}
+}
+
+// rowQuant enqueues the per-token symmetric int8 quantization of x [M, K]
+// (F32) in float32, the arithmetic of npu/cpu (quant.DynamicToken):
+// scale[m] = max_k |x[m,k]| / 127, xq[m,k] = rint(x[m,k] / scale[m]),
+// from stock operators (device thread):
+//
+//	aclnnAbs(x) → t [M, K]; aclnnAmax(t, dim 1, keepDim) → s [M, 1];
+//	aclnnClamp(s, 127·FLT_MIN, +Inf) → s; aclnnDivs(s, 127) → scale;
+//	aclnnDiv(x, scale) → t; aclnnRound(t) → t; aclnnCast(t) → xq INT8.
+//
+// The clamp is the guard for an all-zero row: its scale becomes FLT_MIN
+// instead of 0 (whose 0/0 would be NaN), so xq = 0 and the output row is
+// 0·scale·wscale = 0, as the CPU's zero scale gives; a row whose max|x|
+// is below 127·FLT_MIN (1.5e-36) is quantized with that floor, a
+// difference of at most 1.5e-36·|wscale|·K in its outputs. NaN stays NaN.
+// No clamp to ±127 is needed: |x| <= amax makes |x/scale| <= 127·(1+2^-23)
+// before rounding, so rint gives at most 127. aclnnDynamicQuant would be
+// one operator but takes only FP16/BF16 x, and the F16 copy moved the
+// row maxima and the int8 rounding enough (max rel err 0.0104 on MatMulQ
+// 9x40x77, 0.015 through MoEQ) to miss the fp32 reference.
+// Cost: 7 operators, three passes over [M, K] F32 plus the reduction.
+func (b *Backend) rowQuant(xq, scale, x *npu.Tensor, M, K int) {
+	mk, m1 := []int{M, K}, []int{M, 1}
+	t, s := b.scratch(npu.F32, M, K), b.scratch(npu.F32, M, 1)
+	b.qlaunch(C.NPU_Q_ABS, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+		return C.npu_q_abs(c.tensor(x, mk, nil), c.tensor(t, nil, nil), ws, ex)
+	})
+	b.qlaunch(C.NPU_Q_AMAX, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+		return C.npu_q_amax(c.tensor(t, nil, nil), c.ints(1), 1, c.tensor(s, nil, nil), ws, ex)
+	})
+	b.launch(C.NPU_OP_CLAMP, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+		return C.npu_clamp(c.tensor(s, nil, nil), c.scalar(127*math.SmallestNonzeroFloat32*(1<<23)), c.scalar(float32(math.Inf(1))),
+			c.tensor(s, nil, nil), ws, ex)
+	})
+	b.qlaunch(C.NPU_Q_DIVS, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+		return C.npu_q_divs(c.tensor(s, nil, nil), c.scalar(127), c.tensor(scale, m1, nil), ws, ex)
+	})
+	b.launch(C.NPU_OP_DIV, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+		return C.npu_div(c.tensor(x, mk, nil), c.tensor(scale, m1, nil), c.tensor(t, nil, nil), ws, ex)
+	})
+	b.qlaunch(C.NPU_Q_ROUND, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+		return C.npu_q_round(c.tensor(t, nil, nil), c.tensor(t, nil, nil), ws, ex)
+	})
+	b.castView(xq, t, mk, nil)
 }
 
 // qmmInt8 enqueues out (F16 [M, N]) = dequant(xq [M, K] · w_e) with

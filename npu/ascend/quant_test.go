@@ -3,11 +3,14 @@
 package ascend
 
 import (
+	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/npuserve/npuserve/npu"
+	"github.com/npuserve/npuserve/quant"
 )
 
 // TestNZReorders: PrepareQuant's aclnnNpuFormatCast really reorders the
@@ -116,5 +119,62 @@ func TestMXFP8NeedsA950(t *testing.T) {
 	b.MatMulQ(out, npu.Must(b.Alloc(npu.F32, M, K)), w)
 	if err := b.Sync(); err == nil || !strings.Contains(err.Error(), "rule soc-950-only") {
 		t.Fatalf("MXFP8 MatMulQ on %s: %v, want the stand-in's rule soc-950-only", b.SocName(), err)
+	}
+}
+
+// TestRowQuant: the fp32 per-token quantization of W8A8_DYNAMIC gives
+// the CPU's int8 values and scales (quant.DynamicToken) bit for bit,
+// including halfway cases (rint: to even), an all-zero row (xq 0; the
+// guard's scale FLT_MIN times acc 0 is 0) and a random row; a row whose
+// max|x| is below 127·FLT_MIN is quantized with the FLT_MIN floor.
+func TestRowQuant(t *testing.T) {
+	b := newBackend(t)
+	const M, K = 4, 37
+	r := rand.New(rand.NewPCG(5, 6))
+	xv := make([]float32, M*K)
+	xv[1*K] = 127 // row 1: scale 1, halfway values
+	for i, v := range []float32{2.5, -3.5, 0.5, -0.5, 1.5, 126.5, -126.5} {
+		xv[1*K+1+i] = v
+	}
+	for k := range K {
+		xv[2*K+k] = float32(r.NormFloat64())
+		xv[3*K+k] = float32(r.NormFloat64()) * 1e-38 // below 127·FLT_MIN
+	}
+	x := npu.Must(b.FromHost(npu.F32, npu.EncodeFloats(xv, npu.F32), M, K))
+	xq, xs := npu.Must(b.Alloc(npu.I8, M, K)), npu.Must(b.Alloc(npu.F32, M))
+	b.do(func() { b.rowQuant(xq, xs, x, M, K) })
+	q := make([]byte, M*K)
+	sb := make([]byte, 4*M)
+	if err := b.Download(q, xq); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Download(sb, xs); err != nil {
+		t.Fatal(err)
+	}
+	scales, err := npu.DecodeFloats(sb, npu.F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]int8, K)
+	for m := range M {
+		s := quant.DynamicToken(want, xv[m*K:(m+1)*K])
+		switch m {
+		case 0:
+			s = math.Float32frombits(0x00800000) // FLT_MIN: the zero-row guard
+		case 3:
+			s = math.Float32frombits(0x00800000)
+			quant.QuantizeSym(want, xv[m*K:(m+1)*K], s)
+		}
+		if scales[m] != s {
+			t.Errorf("row %d: scale %g, want %g", m, scales[m], s)
+		}
+		for k := range K {
+			if got := int8(q[m*K+k]); got != want[k] {
+				t.Errorf("row %d: xq[%d] = %d, want %d (x %g)", m, k, got, want[k], xv[m*K+k])
+			}
+		}
+	}
+	if got := []int8{int8(q[K+1]), int8(q[K+2]), int8(q[K+3]), int8(q[K+4]), int8(q[K+5]), int8(q[K+6]), int8(q[K+7])}; !slices.Equal(got, []int8{2, -4, 0, 0, 2, 126, -126}) {
+		t.Errorf("halfway values quantized to %v, want to even", got)
 	}
 }

@@ -16,15 +16,19 @@ typedef int (*run_fn)(void *, uint64_t, T, void *);
 // from the ops-nn aclnnAscendQuantV3 document).
 typedef int (*nzsize_fn)(T, int, int, int64_t **, uint64_t *, int *);
 typedef int (*fcast_fn)(T, T, uint64_t *, T *);
-typedef int (*dq_fn)(T, T, T, T, uint64_t *, T *);
 typedef int (*aq_fn)(T, T, T, bool, char *, int32_t, int32_t, T, uint64_t *, T *);
 typedef int (*mxq_fn)(T, int64_t, char *, int64_t, int64_t, int64_t, T, T, uint64_t *, T *);
+typedef int (*un_fn)(T, T, uint64_t *, T *);          // aclnnAbs, aclnnRound
+typedef int (*amax_fn)(T, T, bool, T, uint64_t *, T *); // self, dim, keepDim, out
+typedef int (*divs_fn)(T, T, T, uint64_t *, T *);       // self, scalar other, out
 typedef int (*qmm_fn)(T, T, T, T, T, T, T, T, T, bool, bool, int64_t, T, uint64_t *, T *);
 
 static const char *q_names[NPU_Q_COUNT] = {
-	[NPU_Q_FORMAT_CAST] = "aclnnNpuFormatCast",       [NPU_Q_DYNAMIC_QUANT] = "aclnnDynamicQuant",
-	[NPU_Q_ASCEND_QUANT_V3] = "aclnnAscendQuantV3",   [NPU_Q_DYNAMIC_MX_QUANT] = "aclnnDynamicMxQuant",
+	[NPU_Q_FORMAT_CAST] = "aclnnNpuFormatCast",       [NPU_Q_ASCEND_QUANT_V3] = "aclnnAscendQuantV3",
+	[NPU_Q_DYNAMIC_MX_QUANT] = "aclnnDynamicMxQuant",
 	[NPU_Q_QMM_WEIGHT_NZ] = "aclnnQuantMatmulWeightNz", [NPU_Q_QMM_V5] = "aclnnQuantMatmulV5",
+	[NPU_Q_ABS] = "aclnnAbs",                         [NPU_Q_AMAX] = "aclnnAmax",
+	[NPU_Q_DIVS] = "aclnnDivs",                       [NPU_Q_ROUND] = "aclnnRound",
 };
 static void *q_phase1[NPU_Q_COUNT];
 static run_fn q_phase2[NPU_Q_COUNT];
@@ -99,9 +103,6 @@ int npu_q_nz_size(uintptr_t src, int format, int additional_dtype, int64_t *shap
 #define A(x) ((T)(x))
 
 int npu_q_format_cast(uintptr_t src, uintptr_t dst, uint64_t *ws, uintptr_t *ex) { Q1(NPU_Q_FORMAT_CAST, fcast_fn, A(src), A(dst)); }
-int npu_q_dynamic_quant(uintptr_t x, uintptr_t smooth, uintptr_t y, uintptr_t scale, uint64_t *ws, uintptr_t *ex) {
-	Q1(NPU_Q_DYNAMIC_QUANT, dq_fn, A(x), A(smooth), A(y), A(scale));
-}
 int npu_q_ascend_quant_v3(uintptr_t x, uintptr_t scale, uintptr_t offset, int32_t dst_type, int32_t axis, uintptr_t y, uint64_t *ws, uintptr_t *ex) {
 	Q1(NPU_Q_ASCEND_QUANT_V3, aq_fn, A(x), A(scale), A(offset), false, round_round, dst_type, axis, A(y));
 }
@@ -116,6 +117,13 @@ int npu_q_qmm(int op, uintptr_t x1, uintptr_t x2, uintptr_t x1scale, uintptr_t x
 	}
 	Q1(op, qmm_fn, A(x1), A(x2), A(x1scale), A(x2scale), NULL, NULL, NULL, NULL, A(bias), false, false, group, A(out));
 }
+
+int npu_q_abs(uintptr_t self, uintptr_t out, uint64_t *ws, uintptr_t *ex) { Q1(NPU_Q_ABS, un_fn, A(self), A(out)); }
+int npu_q_amax(uintptr_t self, uintptr_t dims, int keepdim, uintptr_t out, uint64_t *ws, uintptr_t *ex) {
+	Q1(NPU_Q_AMAX, amax_fn, A(self), A(dims), keepdim != 0, A(out));
+}
+int npu_q_divs(uintptr_t self, uintptr_t other, uintptr_t out, uint64_t *ws, uintptr_t *ex) { Q1(NPU_Q_DIVS, divs_fn, A(self), A(other), A(out)); }
+int npu_q_round(uintptr_t self, uintptr_t out, uint64_t *ws, uintptr_t *ex) { Q1(NPU_Q_ROUND, un_fn, A(self), A(out)); }
 
 int npu_q_run(int op, uintptr_t workspace, uint64_t size, uintptr_t executor, uintptr_t stream) {
 	if (op < 0 || op >= NPU_Q_COUNT || q_phase2[op] == NULL) {

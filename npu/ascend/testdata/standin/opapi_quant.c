@@ -1,8 +1,9 @@
 // STAND-IN CANN (test double): the quantization operators of libopapi.so
 // (compiled into it with opapi.c): aclnnNpuFormatCastCalculateSizeAndFormat
-// and aclnnNpuFormatCast (FRACTAL_NZ), aclnnDynamicQuant,
-// aclnnAscendQuantV3, aclnnDynamicMxQuant (950 only), and
-// aclnnQuantMatmulWeightNz / aclnnQuantMatmulV5. The arithmetic is what
+// and aclnnNpuFormatCast (FRACTAL_NZ), aclnnAscendQuantV3,
+// aclnnDynamicMxQuant (950 only), aclnnQuantMatmulWeightNz /
+// aclnnQuantMatmulV5, and the stock aclnnAbs, aclnnAmax, aclnnDivs and
+// aclnnRound of the fp32 per-token quantization. The arithmetic is what
 // the CANN documents state (ascend-api.md §3, §4.2, §4.3, and the ops-nn
 // aclnnAscendQuantV3 document) and what npu/cpu and package quant
 // implement from them: rint rounding (half to even), int8 saturation,
@@ -330,58 +331,6 @@ int aclnnNpuFormatCastGetWorkspaceSize(const aclTensor *src, aclTensor *dst, uin
 }
 QPHASE2(aclnnNpuFormatCast)
 
-// ---- aclnnDynamicQuant: scale = rowmax|x|/127, y = rint(x/scale) ----
-typedef struct {
-	aclTensor x, y, scale;
-} dq_args;
-static void run_dq(void *p, void *ws) {
-	(void)ws;
-	dq_args *a = p;
-	int64_t K = a->x.dims[a->x.ndim - 1], M = q_numel(&a->x) / (K ? K : 1);
-	for (int64_t m = 0; m < M; m++) {
-		float amax = 0;
-		int nan = 0;
-		for (int64_t k = 0; k < K; k++) {
-			float v = fabsf(q_getf(&a->x, m * K + k));
-			nan |= isnan(v);
-			amax = v > amax ? v : amax;
-		}
-		float s = nan ? NAN : amax / 127.0f;
-		*(float *)q_ptr(&a->scale, m) = s;
-		for (int64_t k = 0; k < K; k++) {
-			int8_t q = 0;
-			if (s != 0) {
-				float y = q_getf(&a->x, m * K + k) / s;
-				y = y < -127 ? -127 : y > 127 ? 127 : y;
-				q = (int8_t)nearbyintf(y);
-			}
-			*(int8_t *)q_ptr(&a->y, m * K + k) = q;
-		}
-	}
-}
-int aclnnDynamicQuantGetWorkspaceSize(const aclTensor *x, const aclTensor *smooth, const aclTensor *yOut, const aclTensor *scaleOut, uint64_t *ws,
-				      aclOpExecutor **ex) {
-	const char *op = "aclnnDynamicQuant";
-	QTRY(q_ctx(op, ws, ex));
-	QTRY(q_chk(op, "x", x, QF(DT_FLOAT16) | QF(DT_BF16), 0));
-	QTRY(q_chk(op, "yOut", yOut, QF(DT_INT8), 0));
-	QTRY(q_chk(op, "scaleOut", scaleOut, QF(DT_FLOAT), 0));
-	if (smooth != NULL) {
-		return standin_violation(ACLNN_ERR_PARAM_INVALID, "stand-in-no-smooth-scales", "%s: the stand-in implements smoothScalesOptional = NULL", op);
-	}
-	if (x->ndim < 2 || yOut->ndim != x->ndim || scaleOut->ndim != x->ndim - 1) {
-		return standin_violation(ACLNN_ERR_PARAM_INVALID, "dynamic-quant-shapes", "%s: x 2-8-D, yOut x's shape, scaleOut x.shape[:-1]", op);
-	}
-	for (uint64_t i = 0; i < x->ndim; i++) {
-		if (yOut->dims[i] != x->dims[i] || (i + 1 < x->ndim && scaleOut->dims[i] != x->dims[i])) {
-			return standin_violation(ACLNN_ERR_PARAM_INVALID, "dynamic-quant-shapes", "%s: yOut has x's shape, scaleOut x.shape[:-1]", op);
-		}
-	}
-	dq_args a = {*x, *yOut, *scaleOut};
-	return q_exec(op, run_dq, &a, sizeof a, ws, ex);
-}
-QPHASE2(aclnnDynamicQuant)
-
 // ---- aclnnAscendQuantV3: y = round(x * scale + offset), int8 ----
 typedef struct {
 	aclTensor x, scale, offset, y;
@@ -623,3 +572,152 @@ int aclnnQuantMatmulV5GetWorkspaceSize(const aclTensor *x1, const aclTensor *x2,
 		   ex);
 }
 QPHASE2(aclnnQuantMatmulV5)
+
+// ---- Stock math operators of the fp32 per-token quantization (quant.go
+// rowQuant): aclnnAbs, aclnnAmax (ops-math reduce_max/docs/aclnnAmax.md),
+// aclnnDivs, aclnnRound. The documents list integer dtypes too; the
+// stand-in implements the floating ones (FLOAT, FLOAT16, BFLOAT16), out
+// in self's dtype (aclnnAmax: "out 数据类型需要与self相同"), elementwise
+// outs of self's shape. Amax propagates NaN (torch.amax); Round is half to
+// even (torch.round); Divs divides in float32.
+#define QMASK_FLOATS (QF(DT_FLOAT) | QF(DT_FLOAT16) | QF(DT_BF16))
+
+static int q_same_shape(const aclTensor *a, const aclTensor *b) {
+	if (a->ndim != b->ndim) {
+		return 0;
+	}
+	for (uint64_t i = 0; i < a->ndim; i++) {
+		if (a->dims[i] != b->dims[i]) {
+			return 0;
+		}
+	}
+	return 1;
+}
+
+typedef struct {
+	aclTensor x, out;
+	double s;
+	int kind; // 0 abs, 1 divs, 2 round
+} ew_args;
+static void run_ew(void *p, void *ws) {
+	(void)ws;
+	ew_args *a = p;
+	int64_t n = q_numel(&a->out);
+	for (int64_t i = 0; i < n; i++) {
+		float v = q_getf(&a->x, i);
+		switch (a->kind) {
+		case 0:
+			v = fabsf(v);
+			break;
+		case 1:
+			v = v / (float)a->s;
+			break;
+		default:
+			v = nearbyintf(v);
+		}
+		q_setf(&a->out, i, v);
+	}
+}
+static int q_elementwise(const char *op, int kind, const aclTensor *self, const aclScalar *s, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
+	QTRY(q_ctx(op, ws, ex));
+	QTRY(q_chk(op, "self", self, QMASK_FLOATS, 0));
+	QTRY(q_chk(op, "out", out, QMASK_FLOATS, 0));
+	if (kind == 1 && (s == NULL || s->magic != SCALAR_MAGIC)) {
+		return standin_violation(ACLNN_ERR_PARAM_NULLPTR, "live-scalar", "%s: other is not a live aclScalar", op);
+	}
+	if (!q_same_shape(self, out) || (kind != 1 && out->dtype != self->dtype)) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "out-shape", "%s: out must have self's shape%s", op, kind != 1 ? " and dtype" : "");
+	}
+	ew_args a = {*self, *out, s ? s->v : 0, kind};
+	return q_exec(op, run_ew, &a, sizeof a, ws, ex);
+}
+int aclnnAbsGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
+	return q_elementwise("aclnnAbs", 0, self, NULL, out, ws, ex);
+}
+QPHASE2(aclnnAbs)
+int aclnnDivsGetWorkspaceSize(const aclTensor *self, const aclScalar *other, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
+	return q_elementwise("aclnnDivs", 1, self, other, out, ws, ex);
+}
+QPHASE2(aclnnDivs)
+int aclnnRoundGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
+	return q_elementwise("aclnnRound", 2, self, NULL, out, ws, ex);
+}
+QPHASE2(aclnnRound)
+
+// aclnnAmax: the max over the dims in dim (each in [-ndim, ndim), none
+// twice; an empty list reduces all), out self's shape with those dims 1
+// (keepDim) or removed.
+typedef struct {
+	aclTensor x, out;
+	int reduce[STANDIN_MAX_DIMS];
+} amax_args;
+static void run_amax(void *p, void *ws) {
+	(void)ws;
+	amax_args *a = p;
+	int64_t on = q_numel(&a->out), n = q_numel(&a->x);
+	float *acc = malloc((on ? on : 1) * sizeof *acc);
+	for (int64_t i = 0; i < on; i++) {
+		acc[i] = -INFINITY;
+	}
+	for (int64_t lin = 0; lin < n; lin++) {
+		int64_t rem = lin, o = 0, mul = 1;
+		for (int i = (int)a->x.ndim - 1; i >= 0; i--) {
+			int64_t c = rem % a->x.dims[i];
+			rem /= a->x.dims[i];
+			if (!a->reduce[i]) {
+				o += c * mul;
+				mul *= a->x.dims[i];
+			}
+		}
+		float v = q_getf(&a->x, lin);
+		if (isnan(v) || v > acc[o]) {
+			acc[o] = isnan(acc[o]) ? acc[o] : v;
+		}
+	}
+	for (int64_t i = 0; i < on; i++) {
+		q_setf(&a->out, i, acc[i]);
+	}
+	free(acc);
+}
+int aclnnAmaxGetWorkspaceSize(const aclTensor *self, const aclIntArray *dim, bool keepDim, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
+	const char *op = "aclnnAmax";
+	QTRY(q_ctx(op, ws, ex));
+	QTRY(q_chk(op, "self", self, QMASK_FLOATS, 0));
+	QTRY(q_chk(op, "out", out, QMASK_FLOATS, 0));
+	if (dim == NULL || dim->magic != INTARRAY_MAGIC) {
+		return standin_violation(ACLNN_ERR_PARAM_NULLPTR, "live-intarray", "%s: dim is not a live aclIntArray", op);
+	}
+	if (out->dtype != self->dtype) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "amax-dtype", "%s: out's dtype %d is not self's %d", op, out->dtype, self->dtype);
+	}
+	amax_args a = {*self, *out};
+	for (uint64_t i = 0; i < dim->n; i++) {
+		int64_t d = dim->v[i];
+		if (d < -(int64_t)self->ndim || d >= (int64_t)self->ndim || a.reduce[d < 0 ? d + (int64_t)self->ndim : d]) {
+			return standin_violation(ACLNN_ERR_PARAM_INVALID, "amax-dim", "%s: dim %lld out of range for %llu-D self, or repeated", op, (long long)d,
+						 (unsigned long long)self->ndim);
+		}
+		a.reduce[d < 0 ? d + (int64_t)self->ndim : d] = 1;
+	}
+	if (dim->n == 0) {
+		for (uint64_t i = 0; i < self->ndim; i++) {
+			a.reduce[i] = 1;
+		}
+	}
+	uint64_t k = 0;
+	int ok = 1;
+	for (uint64_t i = 0; i < self->ndim && ok; i++) {
+		if (a.reduce[i] && !keepDim) {
+			continue;
+		}
+		int64_t want = a.reduce[i] ? 1 : self->dims[i];
+		ok = k < out->ndim && out->dims[k] == want;
+		k++;
+	}
+	if (!ok || k != out->ndim) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "amax-out-shape", "%s: out must be self's shape with the dims reduced (kept as 1 with keepDim)",
+					 op);
+	}
+	return q_exec(op, run_amax, &a, sizeof a, ws, ex);
+}
+QPHASE2(aclnnAmax)
