@@ -43,6 +43,22 @@ func (s QScheme) String() string {
 	return fmt.Sprintf("QScheme(%d)", int(s))
 }
 
+// QuantSupporter is implemented by backends that support only some
+// quantization schemes on some devices (W8A8_MXFP8 needs an Ascend 950):
+// SupportsQuant says why s cannot run here, or returns nil.
+type QuantSupporter interface {
+	SupportsQuant(s QScheme) error
+}
+
+// SupportsQuant reports whether be can run scheme s (a backend without
+// QuantSupporter runs them all).
+func SupportsQuant(be Backend, s QScheme) error {
+	if q, ok := be.(QuantSupporter); ok {
+		return q.SupportsQuant(s)
+	}
+	return nil
+}
+
 // QuantWeight is a quantized matmul weight in PyTorch Linear layout: one
 // linear [N, K], or a stack of E experts [E, N, K] for the grouped MoE op.
 // Its tensors are in checkpoint form; Backend.PrepareQuant converts them to

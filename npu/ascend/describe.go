@@ -42,3 +42,13 @@ func (b *Backend) Describe() map[string]string {
 	}
 	return d
 }
+
+// SupportsQuant implements npu.QuantSupporter: W8A8_MXFP8 runs on the
+// Ascend 950 only (aclnnDynamicMxQuant and the MX quant matmul are
+// documented for it alone); the int8 schemes run everywhere.
+func (b *Backend) SupportsQuant(s npu.QScheme) error {
+	if s == npu.QMXFP8 && Preset(b.SocName()) != "950dt" {
+		return fmt.Errorf("ascend: %v needs an Ascend 950 (aclnnDynamicMxQuant); this SoC is %s", s, b.SocName())
+	}
+	return nil
+}

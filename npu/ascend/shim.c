@@ -118,6 +118,13 @@ const char *npu_aclnn_op_name(int op) { return op >= 0 && op < NPU_OP_COUNT ? op
 uintptr_t npu_tensor(const int64_t *dims, uint64_t nd, int dtype, const int64_t *strides, int64_t offset, int64_t storage, uintptr_t data) {
 	return (uintptr_t)p_aclCreateTensor(dims, nd, dtype, strides, offset, 2, &storage, 1, (void *)data);
 }
+// npu_tensor_fmt is npu_tensor with an explicit aclFormat and storage
+// shape (FRACTAL_NZ weights: the fractal shape from
+// aclnnNpuFormatCastCalculateSizeAndFormat).
+uintptr_t npu_tensor_fmt(const int64_t *dims, uint64_t nd, int dtype, const int64_t *strides, int64_t offset, int format, const int64_t *storage,
+			 uint64_t ns, uintptr_t data) {
+	return (uintptr_t)p_aclCreateTensor(dims, nd, dtype, strides, offset, format, storage, ns, (void *)data);
+}
 int npu_destroy_tensor(uintptr_t t) { return p_aclDestroyTensor((T)t); }
 uintptr_t npu_scalar_f32(float v) { return (uintptr_t)p_aclCreateScalar(&v, 0); }
 int npu_destroy_scalar(uintptr_t s) { return p_aclDestroyScalar((T)s); }

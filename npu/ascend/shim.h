@@ -53,6 +53,8 @@ int npu_aclnn_op_lib(int op);
 const char *npu_aclnn_op_name(int op);
 
 uintptr_t npu_tensor(const int64_t *dims, uint64_t nd, int dtype, const int64_t *strides, int64_t offset, int64_t storage, uintptr_t data);
+uintptr_t npu_tensor_fmt(const int64_t *dims, uint64_t nd, int dtype, const int64_t *strides, int64_t offset, int format, const int64_t *storage,
+			 uint64_t ns, uintptr_t data);
 int npu_destroy_tensor(uintptr_t t);
 uintptr_t npu_scalar_f32(float v);
 int npu_destroy_scalar(uintptr_t s);

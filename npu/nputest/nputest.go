@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/npuserve/npuserve/npu"
+	_ "github.com/npuserve/npuserve/npu/ascend"   // registers "ascend" (over CANN or its stand-in)
 	_ "github.com/npuserve/npuserve/npu/cpu"      // registers "cpu"
 	_ "github.com/npuserve/npuserve/npu/cpuasync" // registers "cpu-async"
 	_ "github.com/npuserve/npuserve/npu/cuda"     // registers "cuda" (tests on the GPU host)

@@ -366,7 +366,7 @@ func Cases() []*Case {
 		scheme  quant.Scheme
 		M, N, K int
 	}{{quant.W8A8Dynamic, 9, 40, 77}, {quant.W8A8, 9, 40, 77}, {quant.W8A8MXFP8, 9, 40, 96}, {quant.W8A8Dynamic, 1, 33, 64}} {
-		add(&Case{Op: "MatMulQ", Name: fmt.Sprintf("%s %dx%dx%d (PrepareQuant)", c.scheme, c.M, c.N, c.K), Tol: tolQuant,
+		add(&Case{Op: "MatMulQ", Name: fmt.Sprintf("%s %dx%dx%d (PrepareQuant)", c.scheme, c.M, c.N, c.K), Tol: tolQuant, needs: supports(c.scheme),
 			Why: "int32 (fp32 for MX) products; an activation on a rounding boundary may quantize one step apart",
 			setup: func(s *Side) (func(), []*npu.Tensor) {
 				xv := s.normal(c.M*c.K, 1)
@@ -379,7 +379,7 @@ func Cases() []*Case {
 			}})
 	}
 	for _, sch := range []quant.Scheme{quant.W8A8Dynamic, quant.W8A8MXFP8} {
-		add(&Case{Op: "MoEQ", Name: fmt.Sprintf("%s T11 D64 E5 I32 top2", sch), Tol: tolQuant,
+		add(&Case{Op: "MoEQ", Name: fmt.Sprintf("%s T11 D64 E5 I32 top2", sch), Tol: tolQuant, needs: supports(sch),
 			Why: "quantized expert products; an activation on a rounding boundary may quantize one step apart",
 			setup: func(s *Side) (func(), []*npu.Tensor) {
 				const T, D, E, I, k = 11, 64, 5, 32, 2
@@ -702,4 +702,17 @@ func quantWeight(s *Side, w []float32, E, n, k int, sch quant.Scheme, actLo, act
 	}
 	must(qw.Check())
 	return qw
+}
+
+// supports is the needs of a quantized case: the device runs scheme sch
+// (npu.SupportsQuant: MXFP8 only on an Ascend 950, for one).
+func supports(sch quant.Scheme) func(npu.Backend) bool {
+	qs := npu.QW8A8Dynamic
+	switch sch {
+	case quant.W8A8:
+		qs = npu.QW8A8
+	case quant.W8A8MXFP8:
+		qs = npu.QMXFP8
+	}
+	return func(be npu.Backend) bool { return npu.SupportsQuant(be, qs) == nil }
 }

@@ -17,6 +17,8 @@ STANDIN_EXPORT int standin_dtype_size(int dt) {
 	case DT_INT8:
 	case DT_UINT8:
 	case DT_BOOL:
+	case 36: // FLOAT8_E4M3FN
+	case 37: // FLOAT8_E8M0
 		return 1;
 	case DT_INT64:
 		return 8;
