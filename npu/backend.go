@@ -364,6 +364,16 @@ type GraphCapturer interface {
 	EndCapture() (Graph, error)
 }
 
+// GraphLimiter is implemented by capturing backends some of whose ops
+// cannot be replayed with new inputs (the Ascend backend plans several
+// composed ops on the host from the batch layout, so a graph would replay
+// its capture's layout): ReplayableOps says why a model step must not be
+// captured, or returns nil. Engines fall back to eager steps when it
+// returns an error.
+type GraphLimiter interface {
+	ReplayableOps() error
+}
+
 // Graph is a captured run of ops (see GraphCapturer).
 type Graph interface {
 	// Launch enqueues the recorded ops on the stream, in their order,

@@ -74,6 +74,8 @@ func (m *Model) CaptureDecodeGraphs(c *Cache, opt GraphOptions) (GraphReport, er
 	switch {
 	case !ok:
 		return GraphReport{}, fmt.Errorf("glm5next: %s backend: %w", m.be.Name(), ErrNoGraphs)
+	case replayable(m.be) != nil:
+		return GraphReport{}, fmt.Errorf("glm5next: %s backend: %v: %w", m.be.Name(), replayable(m.be), ErrNoGraphs)
 	case m.par != nil:
 		return GraphReport{}, fmt.Errorf("glm5next: a tensor- or expert-parallel model runs collectives: %w", ErrNoGraphs)
 	case opt.MaxBlocks < 1:
@@ -345,4 +347,12 @@ func (m *Model) replay(g *decodeGraph, c *Cache, b *Batch) *npu.Tensor {
 	}
 	m.be.Copy(logits, g.step.logits.Rows(0, B))
 	return logits
+}
+
+// replayable is the backend's npu.GraphLimiter verdict (nil without one).
+func replayable(be npu.Backend) error {
+	if l, ok := be.(npu.GraphLimiter); ok {
+		return l.ReplayableOps()
+	}
+	return nil
 }

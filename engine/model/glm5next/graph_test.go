@@ -274,6 +274,7 @@ func TestCaptureDecodeGraphsRefused(t *testing.T) {
 		{"pad block outside", graphtest.New(cpu.New(0)), GraphOptions{Sizes: []int{1}, MaxBlocks: 2, PadBlock: 5, PadSlot: 2}, false},
 		{"too few pad slots", graphtest.New(cpu.New(0)), GraphOptions{Sizes: []int{4}, MaxBlocks: 2, PadBlock: 4, PadSlot: 2, PadSlots: 1}, false},
 		{"no sizes", graphtest.New(cpu.New(0)), GraphOptions{MaxBlocks: 2, PadBlock: 4, PadSlot: 2}, false},
+		{"ops not replayable", limited{graphtest.New(cpu.New(0))}, GraphOptions{Sizes: []int{1, 2}, MaxBlocks: 2, PadBlock: 4, PadSlot: 2}, true},
 	} {
 		m := testModel(t, c.be, cfg, 1)
 		cache := must(m.NewCache(5, 8, 3))
@@ -286,6 +287,12 @@ func TestCaptureDecodeGraphsRefused(t *testing.T) {
 		}
 	}
 }
+
+// limited is a capturing backend whose ops cannot replay with new
+// inputs (npu.GraphLimiter), as the Ascend backend's layout-planned ops.
+type limited struct{ *graphtest.Backend }
+
+func (limited) ReplayableOps() error { return errors.New("ops plan on the host") }
 
 func TestGraphPadSlots(t *testing.T) {
 	for _, c := range []struct {
