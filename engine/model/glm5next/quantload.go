@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -445,6 +446,9 @@ func fusedLayerGroups(c *config.ModelConfig, f weightForm, mtp bool) (names []st
 // loadQuantized builds the model from an msmodelslim checkpoint.
 func loadQuantized(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Checkpoint, desc *quant.Description, opt LoadOptions) (*Model, error) {
 	start := time.Now()
+	if err := schemesSupported(be, desc); err != nil {
+		return nil, err
+	}
 	m, err := newModel(be, cfg)
 	if err != nil {
 		return nil, err
@@ -713,4 +717,35 @@ func joinErrs(errs []error) error {
 		return errors.Join(errs...)
 	}
 	return errors.Join(append(errs[:10:10], fmt.Errorf("... and %d more problems", len(errs)-10))...)
+}
+
+// schemesSupported refuses, at load time, a checkpoint with a scheme the
+// device cannot run (npu.SupportsQuant: W8A8_MXFP8 needs an Ascend 950),
+// naming the scheme, a tensor that uses it and the device's reason,
+// instead of failing at the first forward.
+func schemesSupported(be npu.Backend, desc *quant.Description) error {
+	names := make([]string, 0, len(desc.Tensors))
+	for n := range desc.Tensors {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	seen := map[quant.Scheme]bool{}
+	for _, n := range names {
+		sch := desc.Tensors[n]
+		if seen[sch] || !sch.Quantized() {
+			continue
+		}
+		seen[sch] = true
+		qs := npu.QW8A8Dynamic
+		switch sch {
+		case quant.W8A8:
+			qs = npu.QW8A8
+		case quant.W8A8MXFP8:
+			qs = npu.QMXFP8
+		}
+		if err := npu.SupportsQuant(be, qs); err != nil {
+			return fmt.Errorf("glm5next: %s (%s in %s) cannot run on this device: %w", sch, n, desc.Path, err)
+		}
+	}
+	return nil
 }
