@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,10 +115,8 @@ type comm struct {
 	mu  sync.Mutex // one operation at a time
 	seq uint64
 
-	stop   atomic.Bool // Abort or Close: end the wait of an operation in flight
-	st     sync.Mutex
-	err    error
-	closed bool
+	stop atomic.Bool // Abort or Close: end the wait of an operation in flight
+	hs   hccl.Health // closed or poisoned
 }
 
 var _ hccl.Comm = (*comm)(nil)
@@ -183,42 +180,19 @@ func initComm(ri hccl.RootInfo, rank, size int, opts hccl.Options) (hccl.Comm, e
 func (c *comm) Rank() int { return c.rank }
 func (c *comm) Size() int { return c.size }
 
-// opInfo identifies an operation in errors.
-type opInfo struct {
-	name     string
-	seq      uint64
-	describe func() string
-	start    time.Time
+func (c *comm) opErr(o *hccl.Op, err error, peers ...int) *hccl.OpError {
+	return o.Error(c.opts.Name, c.rank, c.size, c.opts.Timeout, err, peers...)
 }
 
-func (c *comm) opErr(o *opInfo, err error, peers ...int) *hccl.OpError {
-	sort.Ints(peers)
-	e := &hccl.OpError{Comm: c.opts.Name, Rank: c.rank, Size: c.size, Op: o.name, Seq: o.seq, Peers: peers,
-		Elapsed: time.Since(o.start), Limit: c.opts.Timeout, Err: err}
-	if o.describe != nil {
-		e.Detail = o.describe()
-	}
-	return e
-}
-
-func (c *comm) state(o *opInfo) error {
-	c.st.Lock()
-	defer c.st.Unlock()
-	switch {
-	case c.closed:
-		return c.opErr(o, hccl.ErrClosed)
-	case c.err != nil:
-		return c.opErr(o, hccl.Errorf(hccl.ErrPoisoned, "communicator unusable after an earlier failure: %w", c.err))
+func (c *comm) state(o *hccl.Op) error {
+	if err := c.hs.Failure(); err != nil {
+		return c.opErr(o, err)
 	}
 	return nil
 }
 
 func (c *comm) poison(err *hccl.OpError) error {
-	c.st.Lock()
-	if c.err == nil {
-		c.err = err
-	}
-	c.st.Unlock()
+	c.hs.Poison(err)
 	return err
 }
 
@@ -237,10 +211,10 @@ type call struct {
 func (c *comm) run(k call) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	o := &opInfo{name: k.name, describe: k.describe, start: time.Now()}
+	o := &hccl.Op{Name: k.name, Describe: k.describe, Start: time.Now()}
 	if !k.p2p {
 		c.seq++
-		o.seq = c.seq
+		o.Seq = c.seq
 	}
 	if err := c.state(o); err != nil {
 		return err
@@ -250,7 +224,7 @@ func (c *comm) run(k call) error {
 			return c.poison(c.opErr(o, err))
 		}
 	}
-	deadline := o.start.Add(c.opts.Timeout)
+	deadline := o.Start.Add(c.opts.Timeout)
 	var ferr error
 	err := c.dev.do(k.name, c.opts.Timeout+stuckGrace, func() {
 		if rc, what := k.enqueue(); rc != 0 {
@@ -320,23 +294,15 @@ func (c *comm) Abort(reason error) {
 	if reason == nil {
 		reason = errors.New("aborted")
 	}
-	c.st.Lock()
-	if c.err == nil && !c.closed {
-		c.err = &hccl.OpError{Comm: c.opts.Name, Rank: c.rank, Size: c.size, Op: "Abort", Err: reason}
-	}
-	c.st.Unlock()
+	c.hs.Abort(&hccl.OpError{Comm: c.opts.Name, Rank: c.rank, Size: c.size, Op: "Abort", Err: reason})
 	c.stop.Store(true)
 }
 
 // Close destroys the HCCL communicator and its stream.
 func (c *comm) Close() error {
-	c.st.Lock()
-	if c.closed {
-		c.st.Unlock()
+	if already, _ := c.hs.MarkClosed(); already {
 		return nil
 	}
-	c.closed = true
-	c.st.Unlock()
 	c.stop.Store(true)
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -3,7 +3,6 @@ package nccl
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,10 +51,8 @@ type comm struct {
 	released bool        // the ncclComm_t was aborted or destroyed
 	barrier  *npu.Tensor // I32[1], allocated by the first Barrier
 
-	stop   atomic.Bool // Abort or Close: end the wait of an operation in flight
-	st     sync.Mutex
-	err    error
-	closed bool
+	stop atomic.Bool // Abort or Close: end the wait of an operation in flight
+	hs   hccl.Health // closed or poisoned
 }
 
 var _ hccl.Comm = (*comm)(nil)
@@ -128,42 +125,19 @@ func bindError(err error) int {
 func (c *comm) Rank() int { return c.rank }
 func (c *comm) Size() int { return c.size }
 
-// opInfo identifies an operation in errors.
-type opInfo struct {
-	name     string
-	seq      uint64
-	describe func() string
-	start    time.Time
+func (c *comm) opErr(o *hccl.Op, err error, peers ...int) *hccl.OpError {
+	return o.Error(c.opts.Name, c.rank, c.size, c.opts.Timeout, err, peers...)
 }
 
-func (c *comm) opErr(o *opInfo, err error, peers ...int) *hccl.OpError {
-	sort.Ints(peers)
-	e := &hccl.OpError{Comm: c.opts.Name, Rank: c.rank, Size: c.size, Op: o.name, Seq: o.seq, Peers: peers,
-		Elapsed: time.Since(o.start), Limit: c.opts.Timeout, Err: err}
-	if o.describe != nil {
-		e.Detail = o.describe()
-	}
-	return e
-}
-
-func (c *comm) state(o *opInfo) error {
-	c.st.Lock()
-	defer c.st.Unlock()
-	switch {
-	case c.closed:
-		return c.opErr(o, hccl.ErrClosed)
-	case c.err != nil:
-		return c.opErr(o, hccl.Errorf(hccl.ErrPoisoned, "communicator unusable after an earlier failure: %w", c.err))
+func (c *comm) state(o *hccl.Op) error {
+	if err := c.hs.Failure(); err != nil {
+		return c.opErr(o, err)
 	}
 	return nil
 }
 
 func (c *comm) poison(err *hccl.OpError) error {
-	c.st.Lock()
-	if c.err == nil {
-		c.err = err
-	}
-	c.st.Unlock()
+	c.hs.Poison(err)
 	return err
 }
 
@@ -180,10 +154,10 @@ type call struct {
 func (c *comm) run(k call) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	o := &opInfo{name: k.name, describe: k.describe, start: time.Now()}
+	o := &hccl.Op{Name: k.name, Describe: k.describe, Start: time.Now()}
 	if !k.p2p {
 		c.seq++
-		o.seq = c.seq
+		o.Seq = c.seq
 	}
 	if err := c.state(o); err != nil {
 		return err
@@ -194,7 +168,7 @@ func (c *comm) run(k call) error {
 			return c.poison(c.opErr(o, err))
 		}
 	}
-	deadline := o.start.Add(c.opts.Timeout)
+	deadline := o.Start.Add(c.opts.Timeout)
 	rc, what := 0, ""
 	if err := c.thr.do(k.name, callLimit, func() { rc, what = k.enqueue() }); err != nil {
 		return c.poison(c.opErr(o, err)) // the thread is stuck in NCCL
@@ -296,11 +270,7 @@ func (c *comm) Abort(reason error) {
 	if reason == nil {
 		reason = errors.New("aborted")
 	}
-	c.st.Lock()
-	if c.err == nil && !c.closed {
-		c.err = &hccl.OpError{Comm: c.opts.Name, Rank: c.rank, Size: c.size, Op: "Abort", Err: reason}
-	}
-	c.st.Unlock()
+	c.hs.Abort(&hccl.OpError{Comm: c.opts.Name, Rank: c.rank, Size: c.size, Op: "Abort", Err: reason})
 	c.stop.Store(true)
 	if c.mu.TryLock() {
 		c.abortNCCL()
@@ -314,14 +284,10 @@ func (c *comm) Abort(reason error) {
 // tensor stays allocated on the backend (Close may run on any goroutine,
 // the backend is driven by one).
 func (c *comm) Close() error {
-	c.st.Lock()
-	if c.closed {
-		c.st.Unlock()
+	already, failed := c.hs.MarkClosed()
+	if already {
 		return nil
 	}
-	c.closed = true
-	failed := c.err != nil
-	c.st.Unlock()
 	c.stop.Store(true)
 	c.mu.Lock()
 	defer c.mu.Unlock()
