@@ -122,3 +122,33 @@ func MatMulDims(out, x, w *Tensor) (M, N, K int, err error) {
 	}
 	return M, N, K, nil
 }
+
+// DSAIndexDims states DSAIndex's operand shapes once for every backend
+// (dtypes are each backend's to check): for T query rows it returns the
+// indexer heads Hi, the pooled key width d, the pooled slots and the
+// output width (TopKPools*KPool, plus KPool-1 with Tail), or an error
+// naming the operand.
+func DSAIndexDims(out, q, w, pooled *Tensor, T int, p IndexParams) (Hi, d, nslots, width int, err error) {
+	kp, topk := p.KPool, p.TopKPools
+	if kp <= 0 || topk < 0 {
+		return 0, 0, 0, 0, fmt.Errorf("DSAIndex KPool %d, TopKPools %d", kp, topk)
+	}
+	if pooled.Rank() != 2 {
+		return 0, 0, 0, 0, fmt.Errorf("DSAIndex pooled %v, want [slots, d]", pooled)
+	}
+	d, nslots = pooled.Dim(1), pooled.Dim(0)
+	width = topk * kp
+	if p.Tail {
+		width += kp - 1
+	}
+	Hi = w.Dim(-1)
+	switch {
+	case w.Numel() != T*Hi || Hi <= 0:
+		return 0, 0, 0, 0, fmt.Errorf("DSAIndex w %v, want [%d, heads]", w, T)
+	case q.Numel() != T*Hi*d:
+		return 0, 0, 0, 0, fmt.Errorf("DSAIndex q %v, want [%d, %d*%d]", q, T, Hi, d)
+	case out.Numel() != T*width || (T > 0 && out.Dim(-1) != width):
+		return 0, 0, 0, 0, fmt.Errorf("DSAIndex out %v, want [%d, %d]", out, T, width)
+	}
+	return Hi, d, nslots, width, nil
+}

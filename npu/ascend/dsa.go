@@ -46,32 +46,21 @@ const maxExactPos = 1 << 24
 // staged uploads of L*V (bias) and about 2*L*width (template, mask)
 // floats per sequence: correct, and far from a fused indexer kernel.
 func (b *Backend) DSAIndex(out, q, w, pooled *npu.Tensor, seqs *npu.SeqLayout, p npu.IndexParams) {
-	kp, topk := p.KPool, p.TopKPools
-	if kp <= 0 || topk < 0 || pooled.Rank() != 2 {
-		panic(fmt.Sprintf("ascend: DSAIndex KPool %d, TopKPools %d, pooled %v", kp, topk, pooled))
-	}
 	switch pooled.DType() {
 	case npu.F32, npu.BF16, npu.F16:
 	default:
 		panic(fmt.Sprintf("ascend: DSAIndex pooled %v: want F32, BF16 or F16", pooled))
 	}
-	d, nslots := pooled.Dim(1), pooled.Dim(0)
 	if seqs == nil {
 		panic("ascend: DSAIndex needs a SeqLayout")
 	}
 	T := seqs.NumRows
-	width := topk * kp
-	if p.Tail {
-		width += kp - 1
+	Hi, d, nslots, width, err := npu.DSAIndexDims(out, q, w, pooled, T, p)
+	if err != nil {
+		panic("ascend: " + err.Error())
 	}
-	Hi := w.Dim(-1)
-	switch {
-	case w.Numel() != T*Hi || Hi <= 0 || w.DType() != npu.F32:
-		panic(fmt.Sprintf("ascend: DSAIndex w %v, want F32 [%d, heads]", w, T))
-	case q.Numel() != T*Hi*d || q.DType() != npu.F32:
-		panic(fmt.Sprintf("ascend: DSAIndex q %v, want F32 [%d, %d*%d]", q, T, Hi, d))
-	case out.Numel() != T*width || (T > 0 && out.Dim(-1) != width) || out.DType() != npu.I32:
-		panic(fmt.Sprintf("ascend: DSAIndex out %v, want I32 [%d, %d]", out, T, width))
+	if w.DType() != npu.F32 || q.DType() != npu.F32 || out.DType() != npu.I32 {
+		panic(fmt.Sprintf("ascend: DSAIndex q %v, w %v, out %v: want F32, F32, I32", q, w, out))
 	}
 	b.wrote(out)
 	if T == 0 || width == 0 {

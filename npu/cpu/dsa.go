@@ -82,30 +82,14 @@ var dsaWaveScores = 1 << 24
 // entry. A pool's score does not depend on which other pools are visible, so
 // equal pooled keys give bitwise equal scores.
 func (be *Backend) DSAIndex(out, q, w, pooled *npu.Tensor, seqs *npu.SeqLayout, p npu.IndexParams) {
-	kp, topk := p.KPool, p.TopKPools
-	if kp <= 0 || topk < 0 {
-		panic(fmt.Sprintf("cpu: DSAIndex KPool %d, TopKPools %d", kp, topk))
-	}
 	attnFloat("DSAIndex pooled", pooled)
-	if pooled.Rank() != 2 {
-		panic(fmt.Sprintf("cpu: DSAIndex pooled %v, want [slots, d]", pooled))
-	}
-	d, nslots := pooled.Dim(1), pooled.Dim(0)
 	L := readLayout("DSAIndex", seqs)
 	T := L.Rows()
-	width := topk * kp
-	if p.Tail {
-		width += kp - 1
+	Hi, d, nslots, width, err := npu.DSAIndexDims(out, q, w, pooled, T, p)
+	if err != nil {
+		panic("cpu: " + err.Error())
 	}
-	Hi := w.Dim(-1)
-	switch {
-	case w.Numel() != T*Hi || Hi <= 0:
-		panic(fmt.Sprintf("cpu: DSAIndex w %v, want [%d, heads]", w, T))
-	case q.Numel() != T*Hi*d:
-		panic(fmt.Sprintf("cpu: DSAIndex q %v, want [%d, %d*%d]", q, T, Hi, d))
-	case out.Numel() != T*width || (T > 0 && out.Dim(-1) != width):
-		panic(fmt.Sprintf("cpu: DSAIndex out %v, want [%d, %d]", out, T, width))
-	}
+	kp, topk := p.KPool, p.TopKPools
 	qs, ws, outs := F32(q), F32(w), I32(out)
 	B := L.NumSeqs()
 	poolRows := make([][]int32, B)

@@ -92,30 +92,14 @@ var dsaSortMax = 4096
 // pools reach beyond its block table or the cache is a DeviceError at the
 // next Sync.
 func (b *Backend) DSAIndex(out, q, w, pooled *npu.Tensor, seqs *npu.SeqLayout, p npu.IndexParams) {
-	kp, topk := p.KPool, p.TopKPools
-	if kp <= 0 || topk < 0 {
-		panic(fmt.Sprintf("cuda: DSAIndex KPool %d, TopKPools %d", kp, topk))
-	}
 	wantFloat("DSAIndex pooled", pooled)
-	if pooled.Rank() != 2 {
-		panic(fmt.Sprintf("cuda: DSAIndex pooled %v, want [slots, d]", pooled))
-	}
-	d, nslots := pooled.Dim(1), pooled.Dim(0)
 	checkLayout("DSAIndex", seqs)
 	T := seqs.NumRows
-	width := topk * kp
-	if p.Tail {
-		width += kp - 1
+	Hi, d, nslots, width, err := npu.DSAIndexDims(out, q, w, pooled, T, p)
+	if err != nil {
+		panic("cuda: " + err.Error())
 	}
-	Hi := w.Dim(-1)
-	switch {
-	case w.Numel() != T*Hi || Hi <= 0:
-		panic(fmt.Sprintf("cuda: DSAIndex w %v, want [%d, heads]", w, T))
-	case q.Numel() != T*Hi*d:
-		panic(fmt.Sprintf("cuda: DSAIndex q %v, want [%d, %d*%d]", q, T, Hi, d))
-	case out.Numel() != T*width || (T > 0 && out.Dim(-1) != width):
-		panic(fmt.Sprintf("cuda: DSAIndex out %v, want [%d, %d]", out, T, width))
-	}
+	kp, topk := p.KPool, p.TopKPools
 	wantF32("DSAIndex", q, w)
 	if out.DType() != npu.I32 {
 		panic(fmt.Sprintf("cuda: DSAIndex out %v: want I32", out))
