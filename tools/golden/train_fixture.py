@@ -135,16 +135,19 @@ def init_model(cfg, seed):
     return model
 
 
-def train(model, data, steps, max_seconds, device, lr, seed):
-    model.to(device).train()
-    routers = [m for m in model.modules() if isinstance(m, mg.Glm5NextTextTopkRouter)]
+def fit(params, routers, steps, max_seconds, lr, seed, batch_loss, label):
+    """The training loop train and train_mtp share: AdamW (weight decay on
+    matrices only), 30 warm-up steps then a cosine schedule down to 0.1 of lr,
+    gradient clipping at 1, and the routers' auxiliary-loss-free balancing
+    (each step nudges e_score_correction_bias towards the mean expert load).
+    batch_loss(g) draws a batch with the generator g and returns its loss.
+    Stops after steps or max_seconds; returns (loss curve, steps, seconds)."""
     loads = {}
 
     def hook(m, args, out):
         loads[id(m)] = torch.bincount(out[2].reshape(-1), minlength=m.num_experts).float()
 
     handles = [r.register_forward_hook(hook) for r in routers]
-    params = [p for n, p in model.named_parameters() if not n.startswith("model.visual")]
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
@@ -159,10 +162,7 @@ def train(model, data, steps, max_seconds, device, lr, seed):
     for step in range(steps):
         if time.time() - start > max_seconds:
             break
-        idx = torch.randint(0, len(data) - SEQ - 1, (BATCH,), generator=g)
-        x = torch.stack([data[i:i + SEQ] for i in idx]).to(device)
-        out = model(input_ids=x, labels=x, use_cache=False)
-        loss = out.loss
+        loss = batch_loss(g)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -175,11 +175,25 @@ def train(model, data, steps, max_seconds, device, lr, seed):
                     r.e_score_correction_bias.add_(1e-3 * torch.sign(ld.mean() - ld))
         if step % 25 == 0 or step == steps - 1:
             curve.append([step, round(loss.item(), 4)])
-            print(f"step {step} loss {loss.item():.4f} {time.time() - start:.1f}s", flush=True)
+            print(f"{label}step {step} loss {loss.item():.4f} {time.time() - start:.1f}s", flush=True)
     for h in handles:
         h.remove()
-    model.eval()
     return curve, step + 1, time.time() - start
+
+
+def train(model, data, steps, max_seconds, device, lr, seed):
+    model.to(device).train()
+    routers = [m for m in model.modules() if isinstance(m, mg.Glm5NextTextTopkRouter)]
+    params = [p for n, p in model.named_parameters() if not n.startswith("model.visual")]
+
+    def batch_loss(g):
+        idx = torch.randint(0, len(data) - SEQ - 1, (BATCH,), generator=g)
+        x = torch.stack([data[i:i + SEQ] for i in idx]).to(device)
+        return model(input_ids=x, labels=x, use_cache=False).loss
+
+    result = fit(params, routers, steps, max_seconds, lr, seed, batch_loss, "")
+    model.eval()
+    return result
 
 
 @torch.no_grad()
@@ -227,50 +241,18 @@ def train_mtp(trunk, mtp, data, steps, max_seconds, device, lr, seed):
     for mod in (mtp.block_model, mtp.enorm, mtp.hnorm, mtp.eh_proj):
         mod.to(device).train()
     routers = [m for m in mtp.block_model.modules() if isinstance(m, mg.Glm5NextTextTopkRouter)]
-    loads = {}
 
-    def hook(m, args, out):
-        loads[id(m)] = torch.bincount(out[2].reshape(-1), minlength=m.num_experts).float()
-
-    handles = [r.register_forward_hook(hook) for r in routers]
-    params = mtp_params(mtp)
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=lr, betas=(0.9, 0.95))
-    warm = 30
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))))
-    g = torch.Generator().manual_seed(seed)
-    start = time.time()
-    curve = []
-    step = 0
-    for step in range(steps):
-        if time.time() - start > max_seconds:
-            break
+    def batch_loss(g):
         idx = torch.randint(0, len(data) - SEQ - 3, (BATCH,), generator=g)
         x = torch.stack([data[i:i + SEQ + 2] for i in idx]).to(device)
         lg = mtp_forward(trunk, mtp, x)
-        loss = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), x[:, 2:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        with torch.no_grad():
-            for r in routers:
-                ld = loads.get(id(r))
-                if ld is not None:
-                    r.e_score_correction_bias.add_(1e-3 * torch.sign(ld.mean() - ld))
-        if step % 25 == 0 or step == steps - 1:
-            curve.append([step, round(loss.item(), 4)])
-            print(f"mtp step {step} loss {loss.item():.4f} {time.time() - start:.1f}s", flush=True)
-    for h in handles:
-        h.remove()
+        return torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), x[:, 2:].reshape(-1))
+
+    curve, steps, secs = fit(mtp_params(mtp), routers, steps, max_seconds, lr, seed, batch_loss, "mtp ")
     trunk.to("cpu")
     for mod in (mtp.block_model, mtp.enorm, mtp.hnorm, mtp.eh_proj):
         mod.to("cpu").float().eval()
-    return curve, step + 1, time.time() - start
+    return curve, steps, secs
 
 
 @torch.no_grad()
