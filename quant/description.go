@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/npuserve/npuserve/npu"
 )
 
 // DescriptionFile is the msmodelslim description file vllm-ascend reads
@@ -52,6 +54,21 @@ func ParseScheme(s string) (Scheme, error) {
 
 // Quantized reports whether s is an integer or fp8 scheme (not FLOAT).
 func (s Scheme) Quantized() bool { return s != Float && s != "" }
+
+// QScheme is the device arithmetic of s (npu.QNone for Float and
+// unknown schemes): the one mapping from msmodelslim's scheme names to
+// npu's.
+func (s Scheme) QScheme() npu.QScheme {
+	switch s {
+	case W8A8Dynamic:
+		return npu.QW8A8Dynamic
+	case W8A8:
+		return npu.QW8A8
+	case W8A8MXFP8:
+		return npu.QMXFP8
+	}
+	return npu.QNone
+}
 
 // Suffixes lists the tensors a linear of scheme s has in an msmodelslim
 // checkpoint, as suffixes of its module prefix ("weight" first), per

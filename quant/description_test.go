@@ -187,3 +187,11 @@ func TestStaticLinearArithmetic(t *testing.T) {
 		}
 	}
 }
+
+func TestSchemeQScheme(t *testing.T) {
+	for s, want := range map[Scheme]npu.QScheme{W8A8Dynamic: npu.QW8A8Dynamic, W8A8: npu.QW8A8, W8A8MXFP8: npu.QMXFP8, Float: npu.QNone, "": npu.QNone} {
+		if got := s.QScheme(); got != want {
+			t.Errorf("%q.QScheme() = %v, want %v", s, got, want)
+		}
+	}
+}

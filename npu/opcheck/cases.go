@@ -687,16 +687,14 @@ func quantWeight(s *Side, w []float32, E, n, k int, sch quant.Scheme, actLo, act
 	if E > 0 {
 		lead = []int{E, n}
 	}
+	qw.Scheme = sch.QScheme()
 	switch sch {
 	case quant.W8A8Dynamic:
-		qw.Scheme = npu.QW8A8Dynamic
 		qw.Weight = s.bytes(npu.I8, wb, append(slices.Clone(lead), k)...)
 		qw.Scale = s.bytes(npu.F32, sb, lead...)
 	case quant.W8A8:
-		qw.Scheme = npu.QW8A8
 		qw.Weight = s.bytes(npu.I8, wb, n, k)
 	case quant.W8A8MXFP8:
-		qw.Scheme = npu.QMXFP8
 		qw.Weight = s.bytes(npu.F8E4M3, wb, append(slices.Clone(lead), k)...)
 		qw.Scale = s.bytes(npu.U8, sb, append(slices.Clone(lead), (k+31)/32)...)
 	}
@@ -707,12 +705,5 @@ func quantWeight(s *Side, w []float32, E, n, k int, sch quant.Scheme, actLo, act
 // supports is the needs of a quantized case: the device runs scheme sch
 // (npu.SupportsQuant: MXFP8 only on an Ascend 950, for one).
 func supports(sch quant.Scheme) func(npu.Backend) bool {
-	qs := npu.QW8A8Dynamic
-	switch sch {
-	case quant.W8A8:
-		qs = npu.QW8A8
-	case quant.W8A8MXFP8:
-		qs = npu.QMXFP8
-	}
-	return func(be npu.Backend) bool { return npu.SupportsQuant(be, qs) == nil }
+	return func(be npu.Backend) bool { return npu.SupportsQuant(be, sch.QScheme()) == nil }
 }

@@ -125,20 +125,17 @@ func (a *assembler) uploadQuant(hq *hostQuant, E int) *npu.QuantWeight {
 		lead = []int{E, hq.n}
 	}
 	own := a.own
-	w := &npu.QuantWeight{GroupSize: hq.group, ScaleAlg: a.mxAlg}
+	w := &npu.QuantWeight{Scheme: hq.scheme.QScheme(), GroupSize: hq.group, ScaleAlg: a.mxAlg}
 	switch hq.scheme {
 	case quant.W8A8Dynamic:
-		w.Scheme = npu.QW8A8Dynamic
 		w.Weight = own(a.be.FromHost(npu.I8, hq.weight, append(lead, hq.k)...))
 		w.Scale = own(a.be.FromHost(npu.F32, npu.EncodeFloats(hq.scale, npu.F32), lead...))
 	case quant.W8A8:
-		w.Scheme = npu.QW8A8
 		w.Weight = own(a.be.FromHost(npu.I8, hq.weight, hq.n, hq.k))
 		w.InputScale, w.InputOffset = hq.inScale, hq.inOffset
 		w.QuantBias = own(a.be.FromHost(npu.I32, npu.EncodeInt32s(hq.qbias), hq.n))
 		w.DeqScale = own(a.be.FromHost(npu.F32, npu.EncodeFloats(hq.deq, npu.F32), hq.n))
 	case quant.W8A8MXFP8:
-		w.Scheme = npu.QMXFP8
 		w.Weight = own(a.be.FromHost(npu.F8E4M3, hq.weight, append(lead, hq.k)...))
 		w.Scale = own(a.be.FromHost(npu.U8, hq.mx, append(lead, (hq.k+hq.group-1)/hq.group)...))
 	default:
@@ -736,14 +733,7 @@ func schemesSupported(be npu.Backend, desc *quant.Description) error {
 			continue
 		}
 		seen[sch] = true
-		qs := npu.QW8A8Dynamic
-		switch sch {
-		case quant.W8A8:
-			qs = npu.QW8A8
-		case quant.W8A8MXFP8:
-			qs = npu.QMXFP8
-		}
-		if err := npu.SupportsQuant(be, qs); err != nil {
+		if err := npu.SupportsQuant(be, sch.QScheme()); err != nil {
 			return fmt.Errorf("glm5next: %s (%s in %s) cannot run on this device: %w", sch, n, desc.Path, err)
 		}
 	}
