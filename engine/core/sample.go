@@ -231,7 +231,8 @@ func (e *Engine) sampleSharded(sh model.ShardedLogits, shard *npu.Tensor, V int)
 	R := len(e.samplers)
 	kmax := 0
 	touched := make([][]int32, R)
-	gatherAll := func(idx []int32) ([][]float32, error) {
+	// gatherAll gathers every row whole, counting n of them as used.
+	gatherAll := func(n int) ([][]float32, error) {
 		full, err := sh.GatherLogits(shard)
 		if err != nil {
 			return nil, err
@@ -241,13 +242,13 @@ func (e *Engine) sampleSharded(sh model.ShardedLogits, shard *npu.Tensor, V int)
 		if err != nil {
 			return nil, err
 		}
-		e.countWhole(len(idx))
+		e.countWhole(n)
 		return rows, nil
 	}
 	for i, s := range e.samplers {
 		k, t, ok := s.Reducible(V)
 		if !ok {
-			rows, err := gatherAll(make([]int32, R))
+			rows, err := gatherAll(R)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -272,7 +273,7 @@ func (e *Engine) sampleSharded(sh model.ShardedLogits, shard *npu.Tensor, V int)
 		}
 	}
 	if len(short) > 0 {
-		rows, err := gatherAll(short)
+		rows, err := gatherAll(len(short))
 		if err != nil {
 			return nil, nil, err
 		}
