@@ -588,6 +588,10 @@ func (h *Head) forward(id string, in <-chan core.Output, out chan<- core.Output)
 	}
 }
 
+// ownExitWait bounds how long a failed connection to one of the head's own
+// rank processes waits for that process's exit to say why.
+const ownExitWait = 3 * time.Second
+
 // remote streams r through a headless rank's request server.
 func (h *Head) remote(ctx context.Context, dp int, endpoint string, r *core.Request) <-chan core.Output {
 	ch := make(chan core.Output, 16)
@@ -597,6 +601,17 @@ func (h *Head) remote(ctx context.Context, dp int, endpoint string, r *core.Requ
 			if ctx.Err() != nil {
 				ch <- core.Output{RequestID: r.ID, Finished: true, FinishReason: "abort", Time: time.Now()}
 				return
+			}
+			if h.ranks[dp].own {
+				// One of the head's own rank processes refusing or
+				// breaking the connection has ended or is ending; its
+				// exit, reaped by supervise, carries the failure and the
+				// peer it blames (a killed remote node makes the head's
+				// ranks fail first). Blame the rank only if no exit comes.
+				select {
+				case <-h.deadCh:
+				case <-time.After(ownExitWait):
+				}
 			}
 			h.markDead(dp, err)
 			ch <- core.Output{RequestID: r.ID, Finished: true, FinishReason: "abort", Err: unavailable(h.Err()), Time: time.Now()}
