@@ -139,6 +139,14 @@ func I32(t *npu.Tensor) []int32 {
 	return i32s(bytesOf(t))
 }
 
+// I64 returns t's elements as an int64 slice aliasing its memory.
+func I64(t *npu.Tensor) []int64 {
+	if t.DType() != npu.I64 {
+		panic(fmt.Sprintf("cpu: want I64 tensor, got %v", t))
+	}
+	return i64s(bytesOf(t))
+}
+
 // U16 returns the raw 16-bit elements of a BF16 or F16 tensor.
 func U16(t *npu.Tensor) []uint16 {
 	if t.DType() != npu.BF16 && t.DType() != npu.F16 {

@@ -38,3 +38,10 @@ func allocBytes(n int) []byte {
 func aligned(b []byte, n int) bool {
 	return uintptr(unsafe.Pointer(&b[0]))%uintptr(max(n, 1)) == 0
 }
+
+func i64s(b []byte) []int64 {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*int64)(unsafe.Pointer(&b[0])), len(b)/8)
+}

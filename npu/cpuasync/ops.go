@@ -10,6 +10,7 @@ import (
 
 // The CPU kernels include the optional device-side sampling reduction.
 var _ npu.SampleReducer = (*Backend)(nil)
+var _ npu.SampleHistogrammer = (*Backend)(nil)
 
 // layout copies a SeqLayout at enqueue time: the caller may reuse its
 // struct for the next op at once (nil stays nil for the kernel to reject).
@@ -111,6 +112,17 @@ func (b *Backend) TopK(vals, idx, x *npu.Tensor, k int) {
 // SampleReduce queues cpu.Backend.SampleReduce (npu.SampleReducer).
 func (b *Backend) SampleReduce(vals, ids, stats, logits *npu.Tensor, k int) {
 	b.op("SampleReduce", func(c *cpu.Backend) { c.SampleReduce(vals, ids, stats, logits, k) })
+}
+
+// SampleHist queues cpu.Backend.SampleHist (npu.SampleHistogrammer).
+func (b *Backend) SampleHist(hist, logits, rows, params *npu.Tensor) {
+	b.op("SampleHist", func(c *cpu.Backend) { c.SampleHist(hist, logits, rows, params) })
+}
+
+// SampleBinMembers queues cpu.Backend.SampleBinMembers
+// (npu.SampleHistogrammer).
+func (b *Backend) SampleBinMembers(vals, ids, counts, logits, rows, params, bins *npu.Tensor) {
+	b.op("SampleBinMembers", func(c *cpu.Backend) { c.SampleBinMembers(vals, ids, counts, logits, rows, params, bins) })
 }
 
 // Gather queues cpu.Backend.Gather.

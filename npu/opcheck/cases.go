@@ -1,6 +1,7 @@
 package opcheck
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -416,7 +417,71 @@ func Cases() []*Case {
 			sr := s.be.(npu.SampleReducer)
 			return func() { sr.SampleReduce(vals, ids, stats, logits, k) }, []*npu.Tensor{vals, ids, stats}
 		}})
+	add(&Case{Op: "SampleHist", Name: "4x5000 queries 6 (raw and processed maxima, temperatures)", Tol: tolExact,
+		Why:   "IEEE float64 steps without contraction, integer sums",
+		needs: func(be npu.Backend) bool { _, ok := be.(npu.SampleHistogrammer); return ok },
+		setup: func(s *Side) (func(), []*npu.Tensor) {
+			logits, rows, params, _ := histCase(s)
+			hist := s.alloc(npu.I64, rows.Numel(), npu.SampleHistBins)
+			sh := s.be.(npu.SampleHistogrammer)
+			return func() { sh.SampleHist(hist, logits, rows, params) }, []*npu.Tensor{hist}
+		}})
+	add(&Case{Op: "SampleBinMembers", Name: "4x5000 queries 6 cap 64 (one bin past the cap, one outside)", Tol: tolExact,
+		Why:   "IEEE float64 steps without contraction; values are compared and copied",
+		needs: func(be npu.Backend) bool { _, ok := be.(npu.SampleHistogrammer); return ok },
+		setup: func(s *Side) (func(), []*npu.Tensor) {
+			logits, rows, params, bins := histCase(s)
+			const C = 64
+			Q := rows.Numel()
+			vals, ids, counts := s.alloc(npu.F32, Q, C), s.alloc(npu.I32, Q, C), s.alloc(npu.I32, Q, 2)
+			sh := s.be.(npu.SampleHistogrammer)
+			return func() { sh.SampleBinMembers(vals, ids, counts, logits, rows, params, bins) }, []*npu.Tensor{vals, ids, counts}
+		}})
 	return cs
+}
+
+// histCase is the input of the sampling-histogram cases: 4 rows of 5000
+// logits (normal, a flat row with ties, one with -Inf and values above the
+// processed maximum, a narrow one) and 6 queries on them.
+func histCase(s *Side) (logits, rows, params, bins *npu.Tensor) {
+	const R, V = 4, 5000
+	v := s.normal(R*V, 3)
+	for i := range V {
+		v[1*V+i] = float32(i%7) * 0.25
+		if i%11 == 0 {
+			v[2*V+i] = float32(math.Inf(-1))
+		}
+		v[3*V+i] *= 0.01
+	}
+	mx := func(r int) float32 {
+		m := float32(math.Inf(-1))
+		for _, x := range v[r*V : (r+1)*V] {
+			m = max(m, x)
+		}
+		return m
+	}
+	type q struct {
+		row  int32
+		m    float32
+		invT float64
+		bin  int32
+	}
+	qs := []q{
+		{0, mx(0), 1, 40},
+		{0, mx(0) - 2, 1 / 0.7, 3}, // a processed maximum below raw values
+		{1, mx(1), 1, 0},           // every entry at the maximum: past the cap
+		{2, mx(2), 1 / 1.3, 100},
+		{3, mx(3), 1 / 0.05, 50},
+		{3, mx(3), 1, npu.SampleHistBins}, // outside every bin
+	}
+	ri, ps, bs := make([]int32, len(qs)), make([]byte, 0, 16*len(qs)), make([]int32, len(qs))
+	for j, x := range qs {
+		ri[j], bs[j] = x.row, x.bin
+		for _, w := range npu.SampleHistParams(x.m, x.invT) {
+			ps = binary.LittleEndian.AppendUint64(ps, uint64(w))
+		}
+	}
+	return s.f32(v, R, V), s.i32(ri, len(qs)), s.bytes(npu.I64, ps, len(qs), 2), s.i32(bs, len(qs))
 }
 
 // batch builds a layout of sequences with lens rows at positions pos:

@@ -15,6 +15,7 @@
 package opcheck
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
@@ -235,7 +236,7 @@ func guard(what string, fn func()) (err error) {
 }
 
 // download copies an output to the host as floats (F32, BF16, F16) or
-// integers (I32).
+// integers (I32, I64).
 func download(be npu.Backend, t *npu.Tensor) (hostOut, error) {
 	b := make([]byte, t.Bytes())
 	if len(b) > 0 {
@@ -258,6 +259,12 @@ func download(be npu.Backend, t *npu.Tensor) (hostOut, error) {
 		o := hostOut{int: true, i: make([]int64, t.Numel())}
 		for i := range o.i {
 			o.i[i] = int64(int32(uint32(b[4*i]) | uint32(b[4*i+1])<<8 | uint32(b[4*i+2])<<16 | uint32(b[4*i+3])<<24))
+		}
+		return o, nil
+	case npu.I64:
+		o := hostOut{int: true, i: make([]int64, t.Numel())}
+		for i := range o.i {
+			o.i[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
 		}
 		return o, nil
 	}

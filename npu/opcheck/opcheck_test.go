@@ -13,11 +13,12 @@ import (
 	"github.com/npuserve/npuserve/npu/cpuasync"
 )
 
-// TestTableCoversOps: every method of npu.Ops (and npu.SampleReducer) has
+// TestTableCoversOps: every method of npu.Ops (and npu.SampleReducer,
+// npu.SampleHistogrammer) has
 // at least one case, and no case names an op that does not exist.
 func TestTableCoversOps(t *testing.T) {
 	want := map[string]bool{}
-	for _, typ := range []reflect.Type{reflect.TypeFor[npu.Ops](), reflect.TypeFor[npu.SampleReducer]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[npu.Ops](), reflect.TypeFor[npu.SampleReducer](), reflect.TypeFor[npu.SampleHistogrammer]()} {
 		for i := range typ.NumMethod() {
 			want[typ.Method(i).Name] = true
 		}
