@@ -81,6 +81,10 @@ type Options struct {
 	// wholeRows makes sample download every row whole, as on a backend
 	// without npu.SampleReducer (the tests' reference for the reduction).
 	wholeRows bool
+	// crossCheck makes sample also sample every row whole, on the same
+	// logits with copies of the samplers, and record every row whose
+	// reduced result differs in crossMismatches (tests).
+	crossCheck bool
 	// DecodeGraphs, when set, are the batch sizes whose decode steps are
 	// captured as device graphs at start-up (config.GraphPlan.Sizes:
 	// --compilation-config), once the cache is allocated; decode steps
@@ -156,7 +160,10 @@ type Engine struct {
 	sampled   []*reqState
 	samplers  []*sampling.Sampler
 	wholeRows int // this step's rows downloaded whole (sample)
-	counters  counters
+	// crossMismatches are the rows crossCheck found differing.
+	crossMismatches []string
+	crossChecked    int
+	counters        counters
 
 	spec  model.Speculative // set with Options.NumSpeculativeTokens
 	specN specCounters

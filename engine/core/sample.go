@@ -1,7 +1,10 @@
 package core
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"reflect"
 
 	"github.com/npuserve/npuserve/engine/model"
 	"github.com/npuserve/npuserve/engine/sampling"
@@ -31,6 +34,51 @@ func reduces(be npu.Backend) (npu.SampleReducer, bool) {
 // error; a bad row fails only its request (errs). e.wholeRows counts the
 // rows downloaded whole.
 func (e *Engine) sample(logits *npu.Tensor) (toks []sampling.Token, errs []error, err error) {
+	if e.opt.crossCheck {
+		return e.sampleChecked(logits)
+	}
+	return e.sampleRows(logits)
+}
+
+// sampleChecked is sampleRows checked against Sample on whole rows: the
+// same logits, copies of the samplers taken before; every row whose token,
+// logprobs or error differ is recorded in e.crossMismatches.
+func (e *Engine) sampleChecked(logits *npu.Tensor) ([]sampling.Token, []error, error) {
+	be := e.be
+	full := logits
+	if sh, ok := e.model.(model.ShardedLogits); ok {
+		if _, sharded := sh.VocabSharded(); sharded {
+			return e.sampleRows(logits) // the TP tests check the reduction
+		}
+	}
+	rows, err := model.DownloadRows(be, full)
+	if err != nil {
+		return nil, nil, err
+	}
+	twins := make([]*sampling.Sampler, len(e.samplers))
+	for i, s := range e.samplers {
+		twins[i] = s.Clone()
+	}
+	toks, errs, err := e.sampleRows(logits)
+	if err != nil {
+		return nil, nil, err
+	}
+	wt, we := sampling.SampleBatch(rows, twins)
+	for i := range toks {
+		e.crossChecked++
+		same := (errs[i] == nil) == (we[i] == nil) && (errs[i] == nil || errs[i].Error() == we[i].Error())
+		if same && errs[i] == nil {
+			same = reflect.DeepEqual(toks[i], wt[i])
+		}
+		if !same {
+			e.crossMismatches = append(e.crossMismatches, fmt.Sprintf("row %d: reduced %+v %v, whole %+v %v", i, toks[i], errs[i], wt[i], we[i]))
+		}
+	}
+	return toks, errs, nil
+}
+
+// sampleRows is sample without the cross-check.
+func (e *Engine) sampleRows(logits *npu.Tensor) (toks []sampling.Token, errs []error, err error) {
 	e.wholeRows = 0
 	R := len(e.samplers)
 	if R == 0 {
@@ -53,6 +101,7 @@ func (e *Engine) sample(logits *npu.Tensor) (toks []sampling.Token, errs []error
 		return toks, errs, nil
 	}
 	V := logits.Dim(1)
+	hist, asks := be.(npu.SampleHistogrammer)
 	type rowPlan struct {
 		touched []int32
 		ok      bool
@@ -61,7 +110,7 @@ func (e *Engine) sample(logits *npu.Tensor) (toks []sampling.Token, errs []error
 	kmax := 0
 	var gidx, full []int32
 	for i, s := range e.samplers {
-		k, touched, ok := s.Reducible(V)
+		k, touched, ok := s.Reducible(V, asks)
 		plans[i] = rowPlan{touched, ok}
 		if !ok {
 			full = append(full, int32(i))
@@ -194,7 +243,18 @@ func (e *Engine) sample(logits *npu.Tensor) (toks []sampling.Token, errs []error
 		off += len(p.touched)
 		rs, at = append(rs, e.samplers[i]), append(at, i)
 	}
-	rt, re := sampling.SampleReducedBatch(reds, rs)
+	var rt []sampling.Token
+	var re []error
+	if asks {
+		rt, re, err = sampling.SampleRoundsBatch(reds, rs, func(qs [][]sampling.Query) ([][]sampling.Answer, error) {
+			return answerQueries(be, hist, logits, at, qs)
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+	} else {
+		rt, re = sampling.SampleReducedBatch(reds, rs)
+	}
 	var short []int32
 	for j, i := range at {
 		toks[i], errs[i] = rt[j], re[j]
@@ -214,6 +274,136 @@ func (e *Engine) sample(logits *npu.Tensor) (toks []sampling.Token, errs []error
 		}
 	}
 	return toks, errs, nil
+}
+
+// answerQueries answers one round of sampling.SampleRoundsBatch's
+// queries (qs[j] for the row at[j] of logits) with the backend's
+// histogram ops: one SampleHist call for every histogram, one
+// SampleBinMembers call for every bin, then the downloads (the round's
+// sync point): the histograms, the counts, and of each bin only the
+// members it holds.
+func answerQueries(be npu.Backend, hist npu.SampleHistogrammer, logits *npu.Tensor, at []int, qs [][]sampling.Query) ([][]sampling.Answer, error) {
+	type ref struct{ j, k int }
+	var hRefs, bRefs []ref
+	var hRows, bRows, bins []int32
+	var hParams, bParams []byte
+	param := func(dst []byte, q sampling.Query) []byte {
+		for _, w := range npu.SampleHistParams(q.M, q.InvT) {
+			dst = binary.LittleEndian.AppendUint64(dst, uint64(w))
+		}
+		return dst
+	}
+	ans := make([][]sampling.Answer, len(qs))
+	for j, list := range qs {
+		if list == nil {
+			continue
+		}
+		ans[j] = make([]sampling.Answer, len(list))
+		for k, q := range list {
+			switch q.Kind {
+			case sampling.QueryHist:
+				hRefs, hRows, hParams = append(hRefs, ref{j, k}), append(hRows, int32(at[j])), param(hParams, q)
+			case sampling.QueryBin:
+				bRefs, bRows, bParams = append(bRefs, ref{j, k}), append(bRows, int32(at[j])), param(bParams, q)
+				bins = append(bins, int32(q.Bin))
+			default:
+				return nil, fmt.Errorf("core: sampling query of kind %d", q.Kind)
+			}
+		}
+	}
+	var bufs []*npu.Tensor
+	defer func() {
+		for _, t := range bufs {
+			be.Free(t)
+		}
+	}()
+	put := func(dt npu.DType, data []byte, shape ...int) (*npu.Tensor, error) {
+		t, err := be.Alloc(dt, shape...)
+		if err != nil {
+			return nil, err
+		}
+		bufs = append(bufs, t)
+		if data != nil {
+			err = be.Upload(t, data)
+		}
+		return t, err
+	}
+	var hOut, vals, ids, counts *npu.Tensor
+	const C = sampling.MaxBinMembers
+	if n := len(hRefs); n > 0 {
+		rows, err := put(npu.I32, npu.EncodeInt32s(hRows), n)
+		if err != nil {
+			return nil, err
+		}
+		params, err := put(npu.I64, hParams, n, 2)
+		if err != nil {
+			return nil, err
+		}
+		if hOut, err = put(npu.I64, nil, n, npu.SampleHistBins); err != nil {
+			return nil, err
+		}
+		hist.SampleHist(hOut, logits, rows, params)
+	}
+	if n := len(bRefs); n > 0 {
+		rows, err := put(npu.I32, npu.EncodeInt32s(bRows), n)
+		if err != nil {
+			return nil, err
+		}
+		params, err := put(npu.I64, bParams, n, 2)
+		if err != nil {
+			return nil, err
+		}
+		bt, err := put(npu.I32, npu.EncodeInt32s(bins), n)
+		if err != nil {
+			return nil, err
+		}
+		if vals, err = put(npu.F32, nil, n, C); err != nil {
+			return nil, err
+		}
+		if ids, err = put(npu.I32, nil, n, C); err != nil {
+			return nil, err
+		}
+		if counts, err = put(npu.I32, nil, n, 2); err != nil {
+			return nil, err
+		}
+		hist.SampleBinMembers(vals, ids, counts, logits, rows, params, bt)
+	}
+	if hOut != nil {
+		raw := make([]byte, hOut.Bytes())
+		if err := be.Download(raw, hOut); err != nil {
+			return nil, err
+		}
+		for i, r := range hRefs {
+			h := make([]int64, npu.SampleHistBins)
+			for b := range h {
+				h[b] = int64(binary.LittleEndian.Uint64(raw[8*(i*npu.SampleHistBins+b):]))
+			}
+			ans[r.j][r.k].Hist = h
+		}
+	}
+	if counts != nil {
+		cn, err := npu.DownloadI32(be, counts)
+		if err != nil {
+			return nil, err
+		}
+		flatV, flatI := vals.Reshape(len(bRefs)*C, 1), ids.Reshape(len(bRefs)*C, 1)
+		for i, r := range bRefs {
+			a := &ans[r.j][r.k]
+			a.Count, a.Below = int(cn[2*i]), int(cn[2*i+1])
+			held := min(a.Count, C)
+			if held == 0 {
+				a.IDs, a.Vals = []int32{}, []float32{}
+				continue
+			}
+			if a.Vals, err = npu.DownloadF32(be, flatV.Rows(i*C, i*C+held)); err != nil {
+				return nil, err
+			}
+			if a.IDs, err = npu.DownloadI32(be, flatI.Rows(i*C, i*C+held)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return ans, nil
 }
 
 // countWhole counts n rows downloaded whole in this step.
@@ -246,7 +436,7 @@ func (e *Engine) sampleSharded(sh model.ShardedLogits, shard *npu.Tensor, V int)
 		return rows, nil
 	}
 	for i, s := range e.samplers {
-		k, t, ok := s.Reducible(V)
+		k, t, ok := s.Reducible(V, false)
 		if !ok {
 			rows, err := gatherAll(R)
 			if err != nil {

@@ -3,18 +3,22 @@ package sampling
 import (
 	"math"
 	"slices"
+
+	"github.com/npuserve/npuserve/npu"
 )
 
 // Random sampling works in d-space: d = (max - logit) / temperature >= 0,
 // and a token's unnormalized probability is w = exp(-d) (the most likely
-// token has w = 1). Every stage computes w with the same function (wbin),
-// so the passes agree bit for bit.
+// token has w = 1). Every stage computes w with the same function (wbin,
+// on npu.SampleBin's bin and fixed-point fraction), so the passes agree
+// bit for bit, and so does a device (npu.SampleHistogrammer).
 //
 // Tokens with d >= histRange get w = 0: exp(-104) is below the smallest
 // float32 denormal, so vLLM's float32 softmax gives them probability 0 too.
 //
-// Without top-k, one pass over the vocab accumulates w into a histogram of
-// d (binsPerUnit bins per unit of d); bins are ordered most likely first.
+// Without top-k, one pass over the vocab accumulates the tokens' fractions
+// into a histogram of d (binsPerUnit bins per unit of d) as integers, which
+// any order of addition sums alike; bins are ordered most likely first.
 //   - Top-p keeps whole every bin before the one where the cumulative mass
 //     reaches top_p, and sorts only the tokens of that boundary bin to find
 //     the exact cut (the kept set is the most-likely-first prefix whose
@@ -24,14 +28,20 @@ import (
 //     computes weights only for that bin's tokens.
 //
 // Both are exact samplers of the processed distribution (up to float64
-// rounding); no sort of the vocab and no vocab-sized buffer is needed.
+// rounding); no sort of the vocab and no vocab-sized buffer is needed. The
+// passes after the histogram read the row only through a members function
+// (a bin's tokens in id order), which a device answers as well as a host
+// row (SampleRounds).
 const (
-	binsPerUnit = 32
-	histRange   = 104
-	histBins    = binsPerUnit * histRange
+	binsPerUnit = npu.SampleBinsPerUnit
+	histRange   = npu.SampleHistRange
+	histBins    = npu.SampleHistBins
 )
 
-// expTable[b] is exp(-b/binsPerUnit).
+// qScale turns npu.SampleBin's fixed-point fraction into a float64.
+const qScale = 1.0 / (1 << npu.SampleQBits)
+
+// expTable[b] is exp(-b/binsPerUnit), bin b's largest weight.
 var expTable = func() (t [histBins]float64) {
 	for b := range t {
 		t[b] = math.Exp(-float64(b) / binsPerUnit)
@@ -39,28 +49,29 @@ var expTable = func() (t [histBins]float64) {
 	return t
 }()
 
-// expNeg returns d's histogram bin and exp(-d), for 0 <= d < histRange:
-// the table value of the bin times a degree-5 Taylor polynomial of exp(-r)
-// for the remainder r in [0, 1/32) (truncation error < 1.3e-12 relative,
-// far below float32's 6e-8, which is what vLLM computes softmax in).
-func expNeg(d float64) (int, float64) {
-	x := d * binsPerUnit
-	b := int(x)
-	r := (x - float64(b)) * (1.0 / binsPerUnit)
-	p := 1 + r*(-1+r*(1.0/2+r*(-1.0/6+r*(1.0/24+r*(-1.0/120)))))
-	return b, expTable[b] * p
+// weight returns logit v's histogram bin and weight exp(-d) in a row with
+// maximum m (a float32 value) at inverse temperature invT: bin -1 and
+// weight 0 past histRange.
+func weight(v float32, m, invT float64) (int, float64) {
+	b, q := npu.SampleBin(v, float32(m), invT)
+	if b < 0 {
+		return -1, 0
+	}
+	return b, binWeight(b, q)
+}
+
+// binWeight is the weight of q (npu.SampleBin's fraction, or a sum of
+// them) in bin b.
+func binWeight(b int, q uint64) float64 {
+	return expTable[b] * (float64(q) * qScale)
 }
 
 // wbin returns the histogram bin and weight of logit v given the row
 // maximum m; bin -1 (weight 0) for tokens past histRange or below min-p.
 // min-p keeps w >= min_p, i.e. p >= min_p * p_max (vLLM masks p < that).
 func (s *Sampler) wbin(v float32, m, invT float64) (int, float64) {
-	d := (m - float64(v)) * invT
-	if !(d < histRange) {
-		return -1, 0
-	}
-	b, w := expNeg(d)
-	if w < s.minP {
+	b, w := weight(v, m, invT)
+	if b < 0 || w < s.minP {
 		return -1, 0
 	}
 	return b, w
@@ -69,11 +80,30 @@ func (s *Sampler) wbin(v float32, m, invT float64) (int, float64) {
 // binOf returns the histogram bin of logit v (as wbin, without the
 // weight), -1 past histRange. Min-p is not checked.
 func binOf(v float32, m, invT float64) int {
-	d := (m - float64(v)) * invT
-	if !(d < histRange) {
-		return -1
+	b, _ := npu.SampleBin(v, float32(m), invT)
+	return b
+}
+
+// binMembers lists a row's tokens of one histogram bin in id order (for
+// the row maximum and temperature of the draw at hand); the candidates it
+// returns are the caller's until the next call.
+type binMembers func(bin int) ([]cand, error)
+
+// rowMembers is binMembers over a host row, min-p applied.
+func (s *Sampler) rowMembers(logits []float32, m, invT float64) binMembers {
+	var buf []cand
+	return func(bin int) ([]cand, error) {
+		buf = buf[:0]
+		for i, v := range logits {
+			if binOf(v, m, invT) != bin {
+				continue
+			}
+			if b, _ := s.wbin(v, m, invT); b == bin { // min-p
+				buf = append(buf, cand{v, int32(i)})
+			}
+		}
+		return buf, nil
 	}
-	return int(d * binsPerUnit)
 }
 
 // sampleRandom applies temperature, min-p, top-k and top-p to the processed
@@ -89,60 +119,71 @@ func (s *Sampler) sampleRandom(logits []float32) (int32, error) {
 		if err != nil {
 			return 0, err
 		}
-		return s.draw(logits, m, invT, 0, 0, kept, z), nil
+		return s.draw(nil, m, invT, 0, 0, kept, z)
 	}
 	mx, err := maxLogit(logits)
 	if err != nil {
 		return 0, err
 	}
-	return s.drawHist(logits, float64(mx), invT), nil
+	return s.drawHist(logits, float64(mx), invT)
 }
 
 // drawHist is the draw without top-k: min-p against the row maximum m,
-// top-p over the histogram, one uniform. It returns an index of logits.
-// It reads logits only through fillHist, topPSplit and draw, which skip
-// every token min-p drops, so a row holding only the min-p survivors (in
-// id order; SampleReduced) gives the same histogram, sums and draw as the
-// whole row, bit for bit.
-func (s *Sampler) drawHist(logits []float32, m, invT float64) int32 {
-	z := s.fillHist(logits, m, invT)
-	if s.topP < 1 {
-		full, cum, part, mass := s.topPSplit(logits, m, invT, s.topP*z)
-		return s.draw(logits, m, invT, full, cum, part, mass)
-	}
-	return s.draw(logits, m, invT, histBins, z, nil, 0)
+// top-p over the histogram, one uniform. It returns an id of logits, a
+// host row holding every min-p survivor (or only them, in id order, with
+// their ids: SampleReduced), which gives the same histogram, sums and
+// draw as the whole row, bit for bit.
+func (s *Sampler) drawHist(logits []float32, m, invT float64) (int32, error) {
+	s.histFrom(logits, m, invT)
+	return s.drawFrom(s.rowMembers(logits, m, invT), m, invT)
 }
 
-// fillHist accumulates the min-p survivors' weights into s.hist by bin and
-// returns their total mass.
-func (s *Sampler) fillHist(logits []float32, m, invT float64) float64 {
-	if s.hist == nil {
-		s.hist = new([histBins]float64)
-	}
-	h := s.hist
-	clear(h[:])
+// histFrom accumulates the min-p survivors' fractions into s.hist by bin.
+func (s *Sampler) histFrom(logits []float32, m, invT float64) {
+	q := s.qsums()
 	minP := s.minP
 	for _, v := range logits {
-		// wbin, inlined by hand (the same arithmetic).
-		if d := (m - float64(v)) * invT; d < histRange {
-			if b, w := expNeg(d); w >= minP {
-				h[b] += w
+		if b, f := npu.SampleBin(v, float32(m), invT); b >= 0 {
+			if minP == 0 || binWeight(b, f) >= minP {
+				q[b] += f
 			}
 		}
 	}
-	var z float64
-	for _, w := range h {
-		z += w
+}
+
+// qsums returns s's cleared integer histogram.
+func (s *Sampler) qsums() *[histBins]uint64 {
+	if s.qhist == nil {
+		s.qhist, s.hist = new([histBins]uint64), new([histBins]float64)
 	}
-	return z
+	clear(s.qhist[:])
+	return s.qhist
+}
+
+// drawFrom draws from the histogram in s.qhist (the processed row's
+// survivors) and the members of its bins: top-p when set, one uniform.
+func (s *Sampler) drawFrom(members binMembers, m, invT float64) (int32, error) {
+	var z float64
+	for b, q := range s.qhist {
+		s.hist[b] = binWeight(b, q)
+		z += s.hist[b]
+	}
+	if s.topP < 1 {
+		full, cum, part, mass, err := s.topPSplit(members, m, invT, s.topP*z)
+		if err != nil {
+			return 0, err
+		}
+		return s.draw(members, m, invT, full, cum, part, mass)
+	}
+	return s.draw(members, m, invT, histBins, z, nil, 0)
 }
 
 // topPSplit finds the top-p cut for target = top_p * total mass: bins
 // [0, full) are kept whole (mass cum), and part (most likely first, mass
-// mass) are the kept tokens of the boundary bin. Normally one pass over
-// the vocab; when float rounding leaves the boundary bin short of the
+// mass) are the kept tokens of the boundary bin. Normally one bin's
+// members; when float rounding leaves the boundary bin short of the
 // target, the next bins are added the same way.
-func (s *Sampler) topPSplit(logits []float32, m, invT, target float64) (full int, cum float64, part []cand, mass float64) {
+func (s *Sampler) topPSplit(members binMembers, m, invT, target float64) (full int, cum float64, part []cand, mass float64, err error) {
 	for full < histBins && cum+s.hist[full] < target {
 		cum += s.hist[full]
 		full++
@@ -153,27 +194,25 @@ func (s *Sampler) topPSplit(logits []float32, m, invT, target float64) (full int
 			continue
 		}
 		start := len(part)
-		for i, v := range logits {
-			if binOf(v, m, invT) == b {
-				if bb, _ := s.wbin(v, m, invT); bb == b { // min-p
-					part = append(part, cand{v, int32(i)})
-				}
-			}
+		in, err := members(b)
+		if err != nil {
+			return 0, 0, nil, 0, err
 		}
+		part = append(part, in...)
 		bin := part[start:]
 		slices.SortFunc(bin, byValueDesc)
 		for j, c := range bin {
 			if cum+mass >= target {
 				part = part[:start+j]
 				s.cands = part
-				return full, cum, part, mass
+				return full, cum, part, mass, nil
 			}
 			_, w := s.wbin(c.v, m, invT)
 			mass += w
 		}
 	}
 	s.cands = part
-	return full, cum, part, mass
+	return full, cum, part, mass, nil
 }
 
 // topKCands returns the tokens whose logit is at least the k-th largest
@@ -265,9 +304,9 @@ func (s *Sampler) topKKept(c []cand, invT float64) (kept []cand, m, z float64, e
 }
 
 // draw picks one token with one uniform from the kept set: every token of
-// bins [0, full) (mass cum, from s.hist) followed by part (most likely
-// first, mass mass).
-func (s *Sampler) draw(logits []float32, m, invT float64, full int, cum float64, part []cand, mass float64) int32 {
+// bins [0, full) (mass cum, from s.hist, their tokens from members)
+// followed by part (most likely first, mass mass).
+func (s *Sampler) draw(members binMembers, m, invT float64, full int, cum float64, part []cand, mass float64) (int32, error) {
 	u := s.rng.Float64() * (cum + mass)
 	if len(part) == 0 || u < cum {
 		// A bin, then a token inside it.
@@ -290,30 +329,30 @@ func (s *Sampler) draw(logits []float32, m, invT float64, full int, cum float64,
 			}
 		}
 		u -= before
+		in, err := members(bin)
+		if err != nil {
+			return 0, err
+		}
 		var acc float64
 		last := int32(-1)
-		for i, v := range logits {
-			if binOf(v, m, invT) != bin {
-				continue
-			}
-			if b, w := s.wbin(v, m, invT); b == bin { // min-p
-				last = int32(i)
-				if acc += w; acc > u {
-					return last
-				}
+		for _, c := range in {
+			_, w := s.wbin(c.v, m, invT)
+			last = c.id
+			if acc += w; acc > u {
+				return last, nil
 			}
 		}
-		return last
+		return last, nil
 	}
 	u -= cum
 	var acc float64
 	for _, x := range part {
 		_, w := s.wbin(x.v, m, invT)
 		if acc += w; acc > u {
-			return x.id
+			return x.id, nil
 		}
 	}
-	return part[len(part)-1].id
+	return part[len(part)-1].id, nil
 }
 
 // maxLogit returns the row's largest logit, rejecting NaN and +Inf and a

@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+
+	"github.com/npuserve/npuserve/npu"
 )
 
 // Sampling from a reduced row.
@@ -46,13 +48,21 @@ import (
 // before anything is drawn or recorded: the caller samples that row
 // whole, which gives the same token, since nothing of the request moved.
 //
-// Logprobs do not reduce: the raw log-sum-exp is a float64 sum over the
-// whole row in id order (rawLogprobs), and the sampled token's rank counts
-// the row's entries at or above it; neither is a function of a row's top
-// candidates, and no device op computes that sum in Sample's order. Top-p
-// or plain temperature without top-k and without min-p do not reduce
-// either: the histogram's mass is every token within histRange of the
-// maximum, that is the whole row.
+// With a device that answers queries (npu.SampleHistogrammer, through
+// SampleRounds' Asker) more reduces, in rounds of a few kilobytes each.
+// Random sampling without top-k and without min-p (plain temperature,
+// top-p) takes the processed row's histogram from the device: the raw
+// row's integer bin sums at the processed maximum, corrected exactly for
+// the touched ids (their raw fractions out, their processed ones in); the
+// top-p cut and the draw then ask for the members of the one or two bins
+// they look inside (the device's raw entries of the bin, touched ids
+// replaced by their processed values). Logprobs take the raw row's
+// histogram at temperature 1 (its mass is the log-sum-exp's sum, the same
+// integers in the same order as Sample's) and the members of the sampled
+// token's raw bin with the count of entries in the bins before it (its
+// rank); the top logprobs are the raw row's first candidates. Rows asking
+// for every logprob (logprobs -1 or the vocabulary) and bins with more
+// members than a device returns (MaxBinMembers) are sampled whole.
 
 // MaxReducedTopK is the largest top_k with which a random request reduces
 // (Reducible).
@@ -109,19 +119,23 @@ type Reduced struct {
 }
 
 // Reducible reports whether the next token can be sampled from a reduced
-// row of vocab logits (see SampleReduced), and if so what the reduction
+// row of vocab logits (see SampleReduced, and SampleRounds when rounds: the
+// caller can answer a device's queries), and if so what the reduction
 // must hold: the top k candidates and the raw values of touched, the ids
 // the logits processors read this step (ascending; a fresh slice the
 // caller may keep). k is min(|T|+1, vocab) for a greedy request,
-// min(top_k+|T|+32, vocab) for top-k sampling and
-// min(ReducedMinPCandidates+|T|, vocab) for min-p sampling without top-k.
-// It is false for requests wanting logprobs, random sampling with neither
-// top-k (up to MaxReducedTopK) nor min-p, an empty row, and when
-// |T| > MaxReducedTouched; sample those from the whole row. The answer
-// holds until the next token is recorded. A random request's reduction
-// may still turn out short (ErrNotReducible from SampleReduced).
-func (s *Sampler) Reducible(vocab int) (k int, touched []int32, ok bool) {
-	if s.wantLP || vocab <= 0 {
+// min(top_k+|T|+32, vocab) for top-k sampling,
+// min(ReducedMinPCandidates+|T|, vocab) for min-p sampling without top-k
+// and min(|T|+1, vocab) for other random sampling (rounds only); at least
+// the number of top logprobs asked for. It is false for an empty row,
+// when |T| > MaxReducedTouched, and without rounds for requests wanting
+// logprobs and random sampling with neither top-k (up to MaxReducedTopK)
+// nor min-p; with rounds, for requests wanting every logprob and top_k
+// above MaxReducedTopK. Sample those from the whole row. The answer holds
+// until the next token is recorded. A reduction may still turn out short
+// (ErrNotReducible from SampleReduced or SampleRounds).
+func (s *Sampler) Reducible(vocab int, rounds bool) (k int, touched []int32, ok bool) {
+	if vocab <= 0 || (s.wantLP && (!rounds || s.logprobs < 0 || s.logprobs >= vocab)) {
 		return 0, nil, false
 	}
 	extra := 0 // candidates beyond |T|
@@ -135,6 +149,8 @@ func (s *Sampler) Reducible(vocab int) (k int, touched []int32, ok bool) {
 		extra = s.topK + reducedTieSlack
 	case s.minP > 0:
 		extra = ReducedMinPCandidates
+	case rounds:
+		extra = 1
 	default:
 		return 0, nil, false
 	}
@@ -187,7 +203,11 @@ func (s *Sampler) Reducible(vocab int) (k int, touched []int32, ok bool) {
 	if touched == nil {
 		touched = []int32{}
 	}
-	return min(len(touched)+extra, vocab), touched, true
+	k = min(len(touched)+extra, vocab)
+	if s.wantLP {
+		k = max(k, s.logprobs)
+	}
+	return k, touched, true
 }
 
 // promptCount counts the prompt bitset's ids below vocab.
@@ -211,14 +231,25 @@ func promptCount(prompt []uint64, vocab int) int {
 // from its generator), the same error (ErrBadLogits, ErrAllMasked,
 // ErrEmptyLogits, an out-of-row id's message), the same history. When r
 // does not hold what the request needs it returns ErrNotReducible
-// (wrapped), records nothing and leaves the generator as it was.
+// (wrapped), records nothing and leaves the generator as it was. It is
+// SampleRounds without a device to ask.
 func (s *Sampler) SampleReduced(r Reduced) (Token, error) {
+	return s.SampleRounds(r, nil)
+}
+
+// SampleRounds is SampleReduced with a device to ask (ask; nil: none) for
+// what the reduced row lacks: sampling histograms and bin members of the
+// row (see the comment at the top of the file and Query). It returns
+// exactly what Sample on the full row would, logprobs included; on
+// ErrNotReducible or an error from ask it records nothing and restores the
+// generator.
+func (s *Sampler) SampleRounds(r Reduced, ask Asker) (Token, error) {
 	var tok Token
 	if r.Vocab <= 0 {
 		return tok, ErrEmptyLogits
 	}
-	if s.wantLP {
-		return tok, fmt.Errorf("%w: requests wanting logprobs do not reduce", ErrNotReducible)
+	if s.wantLP && (ask == nil || s.logprobs < 0 || s.logprobs >= r.Vocab) {
+		return tok, fmt.Errorf("%w: requests wanting logprobs need a device to ask, and not every logprob", ErrNotReducible)
 	}
 	if err := r.check(); err != nil {
 		return tok, err
@@ -227,18 +258,27 @@ func (s *Sampler) SampleReduced(r Reduced) (Token, error) {
 	if err := s.processReduced(int32(r.Vocab), r.Touched, cur); err != nil {
 		return tok, err
 	}
-	var id int32
+	rc := &rounds{ask: ask}
+	if s.wantLP && len(r.Vals) > 0 {
+		rc.rawMax, rc.wantRaw = r.Vals[0], true
+	}
+	saved := *s.pcg
+	var c cand
 	var err error
 	if s.greedy {
-		id, err = argmaxReduced(r, cur)
+		c, err = argmaxReduced(r, cur)
 	} else {
-		id, err = s.sampleRandomReduced(r, cur)
+		c, err = s.sampleRandomReduced(r, cur, rc)
+	}
+	if err == nil && s.wantLP {
+		err = s.logprobsRounds(r, c, rc, &tok)
 	}
 	if err != nil {
+		*s.pcg = saved // nothing of the request moved
 		return tok, err
 	}
-	tok.ID = id
-	s.record(id)
+	tok.ID = c.id
+	s.record(c.id)
 	return tok, nil
 }
 
@@ -318,10 +358,10 @@ func (r reducedRow) set(id int32, x float32) error {
 // touched values cur describe: ErrBadLogits for a NaN or +Inf anywhere
 // (touched: in cur; untouched: the row's counts less the touched ids' raw
 // ones), ErrAllMasked when nothing is above -Inf, else the lowest id
-// holding the largest value.
-func argmaxReduced(r Reduced, cur []float32) (int32, error) {
+// holding the largest value, with that value.
+func argmaxReduced(r Reduced, cur []float32) (cand, error) {
 	if badReduced(r, cur) {
-		return 0, ErrBadLogits
+		return cand{}, ErrBadLogits
 	}
 	// The best untouched id is the first candidate outside T: any better
 	// one would rank before it.
@@ -333,10 +373,10 @@ func argmaxReduced(r Reduced, cur []float32) (int32, error) {
 		}
 	}
 	if best < 0 && len(r.Touched) < r.Vocab {
-		return 0, fmt.Errorf("%w: %d candidates hold no untouched id (%d touched)", ErrNotReducible, len(r.IDs), len(r.Touched))
+		return cand{}, fmt.Errorf("%w: %d candidates hold no untouched id (%d touched)", ErrNotReducible, len(r.IDs), len(r.Touched))
 	}
 	if isBad(bv) { // only when the counts contradict the candidates
-		return 0, ErrBadLogits
+		return cand{}, ErrBadLogits
 	}
 	for i, id := range r.Touched {
 		if x := cur[i]; x > bv || (x == bv && id < best) {
@@ -344,9 +384,9 @@ func argmaxReduced(r Reduced, cur []float32) (int32, error) {
 		}
 	}
 	if !(bv > float32(math.Inf(-1))) {
-		return 0, ErrAllMasked
+		return cand{}, ErrAllMasked
 	}
-	return best, nil
+	return cand{bv, best}, nil
 }
 
 // isBad reports a NaN or +Inf.
@@ -367,11 +407,12 @@ func badReduced(r Reduced, cur []float32) bool {
 
 // sampleRandomReduced is sampleRandom on the processed row that r and the
 // processed touched values cur describe (see the comment at the top of
-// the file): the same errors, then ErrNotReducible when r does not decide
-// the draw, else the same draw.
-func (s *Sampler) sampleRandomReduced(r Reduced, cur []float32) (int32, error) {
+// the file): the same errors, then ErrNotReducible when r and the device
+// (rc) do not decide the draw, else the same draw. It returns the token
+// with its processed value.
+func (s *Sampler) sampleRandomReduced(r Reduced, cur []float32, rc *rounds) (cand, error) {
 	if badReduced(r, cur) {
-		return 0, ErrBadLogits
+		return cand{}, ErrBadLogits
 	}
 	// vis: every value the reduction shows of the processed row, the held
 	// untouched candidates and the touched ids; the hidden rest are
@@ -391,7 +432,7 @@ func (s *Sampler) sampleRandomReduced(r Reduced, cur []float32) (int32, error) {
 	bound := ninf // no hidden value above -Inf
 	if len(vis) < r.Vocab {
 		if len(r.IDs) == 0 {
-			return 0, fmt.Errorf("%w: no candidates for a row of %d with %d touched ids", ErrNotReducible, r.Vocab, len(r.Touched))
+			return cand{}, fmt.Errorf("%w: no candidates for a row of %d with %d touched ids", ErrNotReducible, r.Vocab, len(r.Touched))
 		}
 		bound = r.Vals[len(r.Vals)-1]
 	}
@@ -405,7 +446,7 @@ func (s *Sampler) sampleRandomReduced(r Reduced, cur []float32) (int32, error) {
 			kth = vis[k-1].v
 		}
 		if bound > ninf && !(kth > bound) {
-			return 0, fmt.Errorf("%w: top-%d's k-th value %v is not above the reduction's last candidate %v", ErrNotReducible, k, kth, bound)
+			return cand{}, fmt.Errorf("%w: top-%d's k-th value %v is not above the reduction's last candidate %v", ErrNotReducible, k, kth, bound)
 		}
 		n := 0
 		for n < len(vis) && vis[n].v >= kth && vis[n].v > ninf {
@@ -413,28 +454,31 @@ func (s *Sampler) sampleRandomReduced(r Reduced, cur []float32) (int32, error) {
 		}
 		kept, m, z, err := s.topKKept(vis[:n], invT)
 		if err != nil {
-			return 0, err
+			return cand{}, err
 		}
-		return s.draw(nil, m, invT, 0, 0, kept, z), nil
+		id, err := s.draw(nil, m, invT, 0, 0, kept, z)
+		return valued(id, kept), err
 	}
 	mx := ninf
 	if len(vis) > 0 {
 		mx = vis[0].v
 	}
 	if bound > ninf && !(mx >= bound) {
-		return 0, fmt.Errorf("%w: the row's maximum is not among the candidates", ErrNotReducible)
+		return cand{}, fmt.Errorf("%w: the row's maximum is not among the candidates", ErrNotReducible)
 	}
 	if mx == ninf {
-		return 0, ErrAllMasked
+		return cand{}, ErrAllMasked
 	}
 	m := float64(mx)
+	if bound > ninf && s.minP == 0 {
+		// Every token within histRange counts: the device's histogram.
+		return s.drawRounds(r, cur, rc, mx, invT)
+	}
 	if bound > ninf {
 		// Every hidden value is at or below bound: it must miss
 		// histRange, or min-p with a margin.
-		if d := (m - float64(bound)) * invT; d < histRange {
-			if _, w := expNeg(d); !(w*(1+minPMargin) < s.minP) {
-				return 0, fmt.Errorf("%w: min-p survivors may run past the reduction's %d candidates", ErrNotReducible, len(r.IDs))
-			}
+		if b, w := weight(bound, m, invT); b >= 0 && !(w*(1+minPMargin) < s.minP) {
+			return cand{}, fmt.Errorf("%w: min-p survivors may run past the reduction's %d candidates", ErrNotReducible, len(r.IDs))
 		}
 	}
 	// The survivors in id order, as the whole row's scans meet them.
@@ -445,11 +489,39 @@ func (s *Sampler) sampleRandomReduced(r Reduced, cur []float32) (int32, error) {
 		}
 	}
 	slices.SortFunc(surv, func(a, b cand) int { return int(a.id) - int(b.id) })
-	vals, ids := make([]float32, len(surv)), make([]int32, len(surv))
-	for i, c := range surv {
-		vals[i], ids[i] = c.v, c.id
+	surv = slices.Clone(surv) // s.cands is the draw's scratch
+	q := s.qsums()
+	for _, c := range surv {
+		b, f := npu.SampleBin(c.v, mx, invT)
+		q[b] += f // survivors are in a bin
 	}
-	return ids[s.drawHist(vals, m, invT)], nil // drawHist reuses s.cands
+	id, err := s.drawFrom(candMembers(surv, m, invT), m, invT)
+	return valued(id, surv), err
+}
+
+// valued pairs a drawn id with its value among c.
+func valued(id int32, c []cand) cand {
+	for _, x := range c {
+		if x.id == id {
+			return x
+		}
+	}
+	return cand{id: id}
+}
+
+// candMembers is binMembers over candidates in id order (min-p applied)
+// for the row maximum m at inverse temperature invT.
+func candMembers(c []cand, m, invT float64) binMembers {
+	var buf []cand
+	return func(bin int) ([]cand, error) {
+		buf = buf[:0]
+		for _, x := range c {
+			if binOf(x.v, m, invT) == bin {
+				buf = append(buf, x)
+			}
+		}
+		return buf, nil
+	}
 }
 
 // SampleReducedBatch is SampleBatch for reduced rows: rows[i] is sampled

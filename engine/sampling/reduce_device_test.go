@@ -43,7 +43,7 @@ func deviceStep(t *testing.T, be npu.Backend, rows [][]float32, samplers []*Samp
 	kmax, nt := 0, 0
 	var gidx []int32
 	for i, s := range samplers {
-		k, touched, ok := s.Reducible(V)
+		k, touched, ok := s.Reducible(V, false)
 		plans[i] = plan{k, touched, ok}
 		if ok {
 			kmax = max(kmax, k)
@@ -156,7 +156,7 @@ func TestSampleReduceOnDevice(t *testing.T) {
 				for step := range 6 {
 					rows := make([][]float32, R)
 					for i := range rows {
-						_, touched, _ := red[i].Reducible(V)
+						_, touched, _ := red[i].Reducible(V, false)
 						rows[i] = randomRow(rng, V, touched)
 					}
 					wt, we := SampleBatch(rows, full)

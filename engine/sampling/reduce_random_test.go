@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/npuserve/npuserve/npu"
 )
 
 // randomSampledCase is randomCase (min_tokens, bias, penalties, EOS) made
@@ -78,15 +80,23 @@ type randomResult struct {
 // (the twin then samples the row whole, and must still agree); one that
 // decides it must give Sample's token or error, and the same history.
 func runRandomCorpus(t *testing.T, seed uint64, n int, vocab func(c reduceCase) int, row func(v int, touched []int32) []float32, size func(k, v int) int) randomResult {
+	return runMixedCorpus(t, seed, n, randomSampledCase, vocab, row, size, 0)
+}
+
+// runMixedCorpus is runRandomCorpus over the requests gen makes; with a
+// positive members cap the reduced twin samples with SampleRounds, asking
+// hostAsk on the row (bins answered with at most members of their
+// members).
+func runMixedCorpus(t *testing.T, seed uint64, n int, gen func(*rand.Rand, int) reduceCase, vocab func(c reduceCase) int, row func(v int, touched []int32) []float32, size func(k, v int) int, members int) randomResult {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 11))
 	var res randomResult
 	for i := range n {
-		c := randomSampledCase(rng, i)
+		c := gen(rng, i)
 		c.vocab = vocab(c)
 		full, red := mustSampler(t, c.p, c.prompt), mustSampler(t, c.p, c.prompt)
 		for step := range 6 {
-			k, touched, ok := red.Reducible(c.vocab)
+			k, touched, ok := red.Reducible(c.vocab, members > 0)
 			if !ok {
 				// Not reducible by its parameters: keep the twins in step.
 				x := row(c.vocab, touched)
@@ -100,7 +110,13 @@ func runRandomCorpus(t *testing.T, seed uint64, n int, vocab func(c reduceCase) 
 			x := row(c.vocab, touched)
 			r := hostReduce(x, min(size(k, c.vocab), c.vocab), touched)
 			res.steps++
-			tr, er := red.SampleReduced(r)
+			var tr Token
+			var er error
+			if members > 0 {
+				tr, er = red.SampleRounds(r, hostAsk(x, members))
+			} else {
+				tr, er = red.SampleReduced(r)
+			}
 			if errors.Is(er, ErrNotReducible) {
 				res.notReducible++
 				tr, er = red.Sample(x) // the engine's fallback
@@ -179,6 +195,130 @@ func TestSampleReducedRandomMatchesSample(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(c.seed, 3))
 			res := runRandomCorpus(t, c.seed, c.n, c.vocab, c.row(rng), c.size(rng))
+			t.Logf("%+v", res)
+			if res.mismatches > 0 {
+				t.Fatalf("%d mismatches in %d steps; first: %s", res.mismatches, res.steps, res.firstMismatch)
+			}
+			if res.steps == 0 || float64(res.decided) < c.minDecided*float64(res.steps) {
+				t.Fatalf("only %d of %d reducible steps decided from the reduction", res.decided, res.steps)
+			}
+			if res.hidden < 50 || res.tokens < 100 {
+				t.Errorf("the corpus proves little: %d steps decided with hidden entries, %d tokens", res.hidden, res.tokens)
+			}
+		})
+	}
+}
+
+// hostAsk answers SampleRounds' queries on a host row as
+// npu.SampleHistogrammer does on a device, returning at most members
+// members of a bin.
+func hostAsk(row []float32, members int) Asker {
+	return func(qs []Query) ([]Answer, error) {
+		out := make([]Answer, len(qs))
+		for j, q := range qs {
+			a := &out[j]
+			switch q.Kind {
+			case QueryHist:
+				a.Hist = make([]int64, npu.SampleHistBins)
+				for _, v := range row {
+					if b, f := npu.SampleBin(v, q.M, q.InvT); b >= 0 {
+						a.Hist[b] += int64(f)
+					}
+				}
+			case QueryBin:
+				a.IDs, a.Vals = []int32{}, []float32{}
+				for i, v := range row {
+					switch b, _ := npu.SampleBin(v, q.M, q.InvT); {
+					case b < 0 || b > q.Bin:
+					case b < q.Bin:
+						a.Below++
+					default:
+						if a.Count < members {
+							a.IDs, a.Vals = append(a.IDs, int32(i)), append(a.Vals, v)
+						}
+						a.Count++
+					}
+				}
+			default:
+				return nil, fmt.Errorf("query kind %d", q.Kind)
+			}
+		}
+		return out, nil
+	}
+}
+
+// roundsCase is a request of any kind SampleRounds takes: randomCase's
+// processors, greedy or random (randomSampledCase's mixes, plain
+// temperature, top-p alone, top-k above MaxReducedTopK), and logprobs now
+// and then (every logprob among them).
+func roundsCase(rng *rand.Rand, i int) reduceCase {
+	var c reduceCase
+	switch rng.IntN(4) {
+	case 0:
+		c = randomCase(rng, i)
+	case 1:
+		c = randomSampledCase(rng, i)
+	default:
+		c = randomCase(rng, i)
+		p := &c.p
+		p.Temperature = Ptr([]float64{0.05, 0.5, 1, 1.7, 2}[rng.IntN(5)])
+		c.name += fmt.Sprintf(" T=%v", *p.Temperature)
+		switch rng.IntN(3) {
+		case 0:
+			p.TopP = Ptr([]float64{0.1, 0.5, 0.9, 0.999}[rng.IntN(4)])
+			c.name += fmt.Sprintf(" top_p=%v", *p.TopP)
+		case 1:
+			p.TopK = Ptr(MaxReducedTopK + 1)
+			c.name += " top_k>max"
+		}
+	}
+	if rng.IntN(2) == 0 {
+		c.p.Logprobs = Ptr([]int{0, 1, 3, 5, 20, -1}[rng.IntN(6)])
+		c.name += fmt.Sprintf(" logprobs=%d", *c.p.Logprobs)
+	}
+	if err := c.p.Validate(); err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// TestSampleRoundsMatchesSample: SampleRounds, asking a device for
+// histograms and bin members, gives Sample's token, logprobs, error and
+// history for every kind of request (plain temperature and top-p, which
+// the candidates alone never decide, logprobs) on edge rows and
+// model-like rows, or says ErrNotReducible without moving the request
+// (bins past the members a device returns, every logprob); with
+// MaxBinMembers nearly every step is decided.
+func TestSampleRoundsMatchesSample(t *testing.T) {
+	small := func(c reduceCase) int { return c.vocab }
+	large := func(c reduceCase) int { return []int{300, 1000, 3000}[int(*c.p.Seed%3)] }
+	cases := []struct {
+		name    string
+		seed    uint64
+		n       int
+		vocab   func(c reduceCase) int
+		row     func(rng *rand.Rand) func(v int, touched []int32) []float32
+		members int
+		// minDecided is the least fraction of reducible steps decided.
+		minDecided float64
+	}{
+		{"edge rows", 5, 2000, small,
+			func(rng *rand.Rand) func(int, []int32) []float32 {
+				return func(v int, touched []int32) []float32 { return randomRow(rng, v, touched) }
+			}, MaxBinMembers, 0.8},
+		{"model-like rows", 6, 600, large,
+			func(rng *rand.Rand) func(int, []int32) []float32 {
+				return func(v int, _ []int32) []float32 { return smoothRow(rng, v) }
+			}, MaxBinMembers, 0.9},
+		{"model-like rows, bins capped at 3 members", 7, 600, large,
+			func(rng *rand.Rand) func(int, []int32) []float32 {
+				return func(v int, _ []int32) []float32 { return smoothRow(rng, v) }
+			}, 3, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(c.seed, 3))
+			res := runMixedCorpus(t, c.seed, c.n, roundsCase, c.vocab, c.row(rng), func(k, _ int) int { return k }, c.members)
 			t.Logf("%+v", res)
 			if res.mismatches > 0 {
 				t.Fatalf("%d mismatches in %d steps; first: %s", res.mismatches, res.steps, res.firstMismatch)

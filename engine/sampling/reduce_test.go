@@ -216,7 +216,7 @@ func runCorpus(t *testing.T, seed uint64, n, extra int, mutate func(*Reduced)) c
 		full, red := mustSampler(t, c.p, c.prompt), mustSampler(t, c.p, c.prompt)
 		desync := false
 		for step := range 8 {
-			k, touched, ok := red.Reducible(c.vocab)
+			k, touched, ok := red.Reducible(c.vocab, false)
 			if !ok {
 				res.declined++
 				break
@@ -382,7 +382,7 @@ func TestSampleReducedHandPicked(t *testing.T) {
 				full.record(id)
 				red.record(id)
 			}
-			k, touched, ok := red.Reducible(len(c.row))
+			k, touched, ok := red.Reducible(len(c.row), false)
 			if !ok {
 				t.Fatal("not reducible")
 			}
@@ -468,9 +468,9 @@ func TestReducible(t *testing.T) {
 			for _, id := range c.history {
 				s.record(id)
 			}
-			k, touched, ok := s.Reducible(c.vocab)
+			k, touched, ok := s.Reducible(c.vocab, false)
 			if ok != c.wantOK || k != c.wantK || !slices.Equal(touched, c.wantT) {
-				t.Fatalf("Reducible(%d) = %d, %v, %v; want %d, %v, %v", c.vocab, k, touched, ok, c.wantK, c.wantT, c.wantOK)
+				t.Fatalf("Reducible(%d, false) = %d, %v, %v; want %d, %v, %v", c.vocab, k, touched, ok, c.wantK, c.wantT, c.wantOK)
 			}
 		})
 	}
@@ -523,7 +523,7 @@ func TestSampleReducedBatch(t *testing.T) {
 	for i := range 9 {
 		c := randomCase(rng, i)
 		a, b := mustSampler(t, c.p, c.prompt), mustSampler(t, c.p, c.prompt)
-		k, touched, ok := b.Reducible(c.vocab)
+		k, touched, ok := b.Reducible(c.vocab, false)
 		if !ok {
 			t.Fatal("not reducible")
 		}
@@ -563,7 +563,7 @@ func BenchmarkSampleReduced(b *testing.B) {
 			}
 		}
 		s := mustSampler(b, p, nil)
-		k, touched, _ := s.Reducible(V)
+		k, touched, _ := s.Reducible(V, false)
 		r := hostReduce(row, k, touched)
 		b.Run(fmt.Sprintf("T%d/full", nt), func(b *testing.B) {
 			for b.Loop() {

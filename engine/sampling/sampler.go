@@ -3,10 +3,13 @@ package sampling
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/bits"
 	"math/rand/v2"
 	"slices"
+
+	"github.com/npuserve/npuserve/npu"
 )
 
 // pcgStream is the second PCG seed word of every seeded generator.
@@ -102,6 +105,7 @@ type Sampler struct {
 	bias      []biasEntry
 
 	rng *rand.Rand
+	pcg *rand.PCG // rng's source, saved and restored around SampleRounds
 
 	promptLen int
 	prompt    []uint64 // bitset of prompt ids, when rep != 1
@@ -114,7 +118,8 @@ type Sampler struct {
 	heap  []cand
 	ties  []cand
 	cands []cand
-	hist  *[histBins]float64 // allocated on the first random draw
+	qhist *[histBins]uint64  // allocated on the first random draw
+	hist  *[histBins]float64 // qhist's bins as weights
 }
 
 type biasEntry struct {
@@ -189,11 +194,11 @@ func NewSampler(p Params, prompt []int32) (*Sampler, error) {
 		}
 	}
 	if p.Seed != nil {
-		s.rng = rand.New(rand.NewPCG(*p.Seed, pcgStream))
+		s.pcg = rand.NewPCG(*p.Seed, pcgStream)
 	} else {
-		a, b := unseeded()
-		s.rng = rand.New(rand.NewPCG(a, b))
+		s.pcg = rand.NewPCG(unseeded())
 	}
+	s.rng = rand.New(s.pcg)
 	return s, nil
 }
 
@@ -253,6 +258,22 @@ func (s *Sampler) Sample(logits []float32) (Token, error) {
 	}
 	s.record(id)
 	return tok, nil
+}
+
+// Clone returns an independent copy of s in its current state (history,
+// generator), which samples as s would: for checking one sampling path
+// against another on the same rows.
+func (s *Sampler) Clone() *Sampler {
+	c := *s
+	pcg := *s.pcg
+	c.pcg = &pcg
+	c.rng = rand.New(c.pcg)
+	c.stopIDs, c.allStop = slices.Clone(s.stopIDs), slices.Clone(s.allStop)
+	c.bias, c.prompt = slices.Clone(s.bias), slices.Clone(s.prompt)
+	c.out, c.outUnique = slices.Clone(s.out), slices.Clone(s.outUnique)
+	c.counts = maps.Clone(s.counts)
+	c.saved, c.heap, c.ties, c.cands, c.qhist, c.hist = nil, nil, nil, nil, nil, nil
+	return &c
 }
 
 // record appends id to the output history.
@@ -491,7 +512,7 @@ func (s *Sampler) rawLogprobs(logits []float32, tok *Token) {
 	}
 	// Pass 2: log-sum-exp and the sampled token's rank.
 	target := logits[tok.ID]
-	var sum float64
+	var q [histBins]uint64
 	rank := 0
 	m := float64(mx)
 	if !math.IsInf(m, -1) {
@@ -499,13 +520,12 @@ func (s *Sampler) rawLogprobs(logits []float32, tok *Token) {
 			if v >= target {
 				rank++
 			}
-			if d := m - float64(v); d < histRange { // smaller terms vanish in float32
-				_, w := expNeg(d)
-				sum += w
+			if b, f := npu.SampleBin(v, mx, 1); b >= 0 { // smaller terms vanish in float32
+				q[b] += f
 			}
 		}
 	}
-	lse := m + math.Log(sum)
+	lse := m + math.Log(histMass(&q))
 	lp := func(v float32) float32 {
 		if math.IsInf(float64(v), -1) {
 			return float32(math.Inf(-1))
@@ -527,6 +547,20 @@ func (s *Sampler) rawLogprobs(logits []float32, tok *Token) {
 	for i, c := range top {
 		tok.TopLogprobs[i] = TokenLogprob{c.id, lp(c.v)}
 	}
+}
+
+// histMass is the total weight of an integer histogram, summed in bin
+// order: the log-sum-exp of logprobs is m + log(histMass) of the raw row's
+// histogram at temperature 1, whether the row is on the host or the
+// histogram came from a device.
+func histMass(q *[histBins]uint64) float64 {
+	var sum float64
+	for b, x := range q {
+		if x != 0 {
+			sum += binWeight(b, x)
+		}
+	}
+	return sum
 }
 
 // byValueDesc orders candidates most likely first, ties by lower id.

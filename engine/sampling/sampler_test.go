@@ -101,14 +101,15 @@ func TestArgmaxMatchesReference(t *testing.T) {
 	}
 }
 
-func TestExpNeg(t *testing.T) {
+func TestWeight(t *testing.T) {
 	for d := 0.0; d < histRange; d += 0.0137 {
-		b, w := expNeg(d)
-		if b != int(d*binsPerUnit) {
+		v := float32(-d)
+		b, w := weight(v, 0, 1)
+		if b != int(-float64(v)*binsPerUnit) {
 			t.Fatalf("bin of %v = %d", d, b)
 		}
-		if want := math.Exp(-d); math.Abs(w-want) > 2e-12*want {
-			t.Fatalf("expNeg(%v) = %v, want %v", d, w, want)
+		if want := math.Exp(float64(v)); math.Abs(w-want) > 1.2e-10*want {
+			t.Fatalf("weight(%v) = %v, want %v", v, w, want)
 		}
 	}
 }
@@ -497,11 +498,19 @@ func keptSet(t *testing.T, s *Sampler, row []float32) map[int32]float64 {
 			t.Fatal(err)
 		}
 		m = float64(mx)
-		z = s.fillHist(row, m, invT)
+		s.histFrom(row, m, invT)
+		for b, q := range s.qhist {
+			s.hist[b] = binWeight(b, q)
+			z += s.hist[b]
+		}
 		full := histBins
 		if s.topP < 1 {
 			var cum, mass float64
-			full, cum, kept, mass = s.topPSplit(row, m, invT, s.topP*z)
+			var err error
+			full, cum, kept, mass, err = s.topPSplit(s.rowMembers(row, m, invT), m, invT, s.topP*z)
+			if err != nil {
+				t.Fatal(err)
+			}
 			kept = slices.Clone(kept)
 			z = cum + mass
 		}
