@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -10,10 +11,10 @@ import (
 
 // TestGPUMoEThroughput measures MoE and MoEQ at GLM-5.3-Flash's expert
 // shapes (hidden 4096, moe_intermediate_size 2048, top-8 of 64 experts,
-// the configs/slice expert count) and SampleReduce at the real vocabulary
-// when NPUSERVE_CUDA_BENCH=1: time, GB/s of expert weights read (the
-// experts the routing touches, each once) and TFLOP/s. Not a correctness
-// test.
+// the configs/slice expert count), and SampleReduce, SampleHist and
+// SampleBinMembers at the real vocabulary, when NPUSERVE_CUDA_BENCH=1:
+// time, GB/s of expert weights (the experts the routing touches, each
+// once) or logits read, and TFLOP/s. Not a correctness test.
 func TestGPUMoEThroughput(t *testing.T) {
 	g := newGPUBench(t)
 	b, timed, alloc := g.b, g.timed, g.alloc
@@ -78,5 +79,28 @@ func TestGPUMoEThroughput(t *testing.T) {
 		b.Free(idx)
 	}
 	b.Free(stats)
+
+	// Sampling histograms: a raw and a processed query per row, and the
+	// members of one bin each.
+	const Q = 2 * R
+	rows, bins, params := make([]int32, Q), make([]int32, Q), make([]byte, 0, 16*Q)
+	for j := range Q {
+		rows[j], bins[j] = int32(j/2), 40
+		for _, w := range npu.SampleHistParams(5, 1/(0.7+0.3*float64(j%2))) {
+			params = binary.LittleEndian.AppendUint64(params, uint64(w))
+		}
+	}
+	rt := npu.Must(b.FromHost(npu.I32, npu.EncodeInt32s(rows), Q))
+	bt := npu.Must(b.FromHost(npu.I32, npu.EncodeInt32s(bins), Q))
+	pt := npu.Must(b.FromHost(npu.I64, params, Q, 2))
+	hist, counts := alloc(npu.I64, Q, npu.SampleHistBins), alloc(npu.I32, Q, 2)
+	vals, idx := alloc(npu.F32, Q, 64), alloc(npu.I32, Q, 64)
+	ms := timed(20, func() { b.SampleHist(hist, logits, rt, pt) })
+	report(fmt.Sprintf("SampleHist Q=%d V=%d", Q, V), ms, 4*Q*V, 0)
+	ms = timed(20, func() { b.SampleBinMembers(vals, idx, counts, logits, rt, pt, bt) })
+	report(fmt.Sprintf("SampleBinMembers Q=%d V=%d C=64", Q, V), ms, 4*Q*V, 0)
+	for _, tt := range []*npu.Tensor{rt, bt, pt, hist, counts, vals, idx} {
+		b.Free(tt)
+	}
 	b.Free(logits)
 }
