@@ -1,7 +1,6 @@
 package core
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"reflect"
@@ -101,7 +100,7 @@ func (e *Engine) sampleRows(logits *npu.Tensor) (toks []sampling.Token, errs []e
 		return toks, errs, nil
 	}
 	V := logits.Dim(1)
-	hist, asks := be.(npu.SampleHistogrammer)
+	_, asks := be.(npu.SampleHistogrammer)
 	type rowPlan struct {
 		touched []int32
 		ok      bool
@@ -247,7 +246,7 @@ func (e *Engine) sampleRows(logits *npu.Tensor) (toks []sampling.Token, errs []e
 	var re []error
 	if asks {
 		rt, re, err = sampling.SampleRoundsBatch(reds, rs, func(qs [][]sampling.Query) ([][]sampling.Answer, error) {
-			return answerQueries(be, hist, logits, at, qs)
+			return answerQueries(at, qs, askDevice(be, logits))
 		})
 		if err != nil {
 			return nil, nil, err
@@ -277,133 +276,44 @@ func (e *Engine) sampleRows(logits *npu.Tensor) (toks []sampling.Token, errs []e
 }
 
 // answerQueries answers one round of sampling.SampleRoundsBatch's
-// queries (qs[j] for the row at[j] of logits) with the backend's
-// histogram ops: one SampleHist call for every histogram, one
-// SampleBinMembers call for every bin, then the downloads (the round's
-// sync point): the histograms, the counts, and of each bin only the
-// members it holds.
-func answerQueries(be npu.Backend, hist npu.SampleHistogrammer, logits *npu.Tensor, at []int, qs [][]sampling.Query) ([][]sampling.Answer, error) {
-	type ref struct{ j, k int }
-	var hRefs, bRefs []ref
-	var hRows, bRows, bins []int32
-	var hParams, bParams []byte
-	param := func(dst []byte, q sampling.Query) []byte {
-		for _, w := range npu.SampleHistParams(q.M, q.InvT) {
-			dst = binary.LittleEndian.AppendUint64(dst, uint64(w))
+// queries (qs[j] for the row at[j] of logits): ask flattens them, then
+// splits ask's answers back per row.
+func answerQueries(at []int, qs [][]sampling.Query, ask func(rows []int, flat []sampling.Query) ([]sampling.Answer, error)) ([][]sampling.Answer, error) {
+	var rows []int
+	var flat []sampling.Query
+	for j, list := range qs {
+		for _, q := range list {
+			rows, flat = append(rows, at[j]), append(flat, q)
 		}
-		return dst
+	}
+	got, err := ask(rows, flat)
+	if err != nil {
+		return nil, err
+	}
+	if len(got) != len(flat) {
+		return nil, fmt.Errorf("core: %d answers to %d sampling queries", len(got), len(flat))
 	}
 	ans := make([][]sampling.Answer, len(qs))
 	for j, list := range qs {
-		if list == nil {
-			continue
-		}
-		ans[j] = make([]sampling.Answer, len(list))
-		for k, q := range list {
-			switch q.Kind {
-			case sampling.QueryHist:
-				hRefs, hRows, hParams = append(hRefs, ref{j, k}), append(hRows, int32(at[j])), param(hParams, q)
-			case sampling.QueryBin:
-				bRefs, bRows, bParams = append(bRefs, ref{j, k}), append(bRows, int32(at[j])), param(bParams, q)
-				bins = append(bins, int32(q.Bin))
-			default:
-				return nil, fmt.Errorf("core: sampling query of kind %d", q.Kind)
-			}
-		}
-	}
-	var bufs []*npu.Tensor
-	defer func() {
-		for _, t := range bufs {
-			be.Free(t)
-		}
-	}()
-	put := func(dt npu.DType, data []byte, shape ...int) (*npu.Tensor, error) {
-		t, err := be.Alloc(dt, shape...)
-		if err != nil {
-			return nil, err
-		}
-		bufs = append(bufs, t)
-		if data != nil {
-			err = be.Upload(t, data)
-		}
-		return t, err
-	}
-	var hOut, vals, ids, counts *npu.Tensor
-	const C = sampling.MaxBinMembers
-	if n := len(hRefs); n > 0 {
-		rows, err := put(npu.I32, npu.EncodeInt32s(hRows), n)
-		if err != nil {
-			return nil, err
-		}
-		params, err := put(npu.I64, hParams, n, 2)
-		if err != nil {
-			return nil, err
-		}
-		if hOut, err = put(npu.I64, nil, n, npu.SampleHistBins); err != nil {
-			return nil, err
-		}
-		hist.SampleHist(hOut, logits, rows, params)
-	}
-	if n := len(bRefs); n > 0 {
-		rows, err := put(npu.I32, npu.EncodeInt32s(bRows), n)
-		if err != nil {
-			return nil, err
-		}
-		params, err := put(npu.I64, bParams, n, 2)
-		if err != nil {
-			return nil, err
-		}
-		bt, err := put(npu.I32, npu.EncodeInt32s(bins), n)
-		if err != nil {
-			return nil, err
-		}
-		if vals, err = put(npu.F32, nil, n, C); err != nil {
-			return nil, err
-		}
-		if ids, err = put(npu.I32, nil, n, C); err != nil {
-			return nil, err
-		}
-		if counts, err = put(npu.I32, nil, n, 2); err != nil {
-			return nil, err
-		}
-		hist.SampleBinMembers(vals, ids, counts, logits, rows, params, bt)
-	}
-	if hOut != nil {
-		raw := make([]byte, hOut.Bytes())
-		if err := be.Download(raw, hOut); err != nil {
-			return nil, err
-		}
-		for i, r := range hRefs {
-			h := make([]int64, npu.SampleHistBins)
-			for b := range h {
-				h[b] = int64(binary.LittleEndian.Uint64(raw[8*(i*npu.SampleHistBins+b):]))
-			}
-			ans[r.j][r.k].Hist = h
-		}
-	}
-	if counts != nil {
-		cn, err := npu.DownloadI32(be, counts)
-		if err != nil {
-			return nil, err
-		}
-		flatV, flatI := vals.Reshape(len(bRefs)*C, 1), ids.Reshape(len(bRefs)*C, 1)
-		for i, r := range bRefs {
-			a := &ans[r.j][r.k]
-			a.Count, a.Below = int(cn[2*i]), int(cn[2*i+1])
-			held := min(a.Count, C)
-			if held == 0 {
-				a.IDs, a.Vals = []int32{}, []float32{}
-				continue
-			}
-			if a.Vals, err = npu.DownloadF32(be, flatV.Rows(i*C, i*C+held)); err != nil {
-				return nil, err
-			}
-			if a.IDs, err = npu.DownloadI32(be, flatI.Rows(i*C, i*C+held)); err != nil {
-				return nil, err
-			}
+		if list != nil {
+			ans[j], got = got[:len(list):len(list)], got[len(list):]
 		}
 	}
 	return ans, nil
+}
+
+// askDevice answers sampling queries on this engine's logits with the
+// backend's histogram ops (model.EnqueueQueries), the downloads being the
+// round's sync point.
+func askDevice(be npu.Backend, logits *npu.Tensor) func(rows []int, qs []sampling.Query) ([]sampling.Answer, error) {
+	return func(rows []int, qs []sampling.Query) ([]sampling.Answer, error) {
+		p, err := model.EnqueueQueries(be, logits, rows, qs)
+		if err != nil {
+			return nil, err
+		}
+		defer p.Free(be)
+		return p.Answers(be, 0)
+	}
 }
 
 // countWhole counts n rows downloaded whole in this step.
@@ -421,6 +331,7 @@ func (e *Engine) sampleSharded(sh model.ShardedLogits, shard *npu.Tensor, V int)
 	R := len(e.samplers)
 	kmax := 0
 	touched := make([][]int32, R)
+	_, asks := e.be.(npu.SampleHistogrammer)
 	// gatherAll gathers every row whole, counting n of them as used.
 	gatherAll := func(n int) ([][]float32, error) {
 		full, err := sh.GatherLogits(shard)
@@ -436,7 +347,7 @@ func (e *Engine) sampleSharded(sh model.ShardedLogits, shard *npu.Tensor, V int)
 		return rows, nil
 	}
 	for i, s := range e.samplers {
-		k, t, ok := s.Reducible(V, false)
+		k, t, ok := s.Reducible(V, asks)
 		if !ok {
 			rows, err := gatherAll(R)
 			if err != nil {
@@ -455,7 +366,24 @@ func (e *Engine) sampleSharded(sh model.ShardedLogits, shard *npu.Tensor, V int)
 	for i, r := range reds {
 		rs[i] = sampling.Reduced{Vocab: V, IDs: r.IDs, Vals: r.Vals, Touched: touched[i], TouchedVals: r.TouchedVals, NaN: r.NaN, PosInf: r.PosInf}
 	}
-	toks, errs := sampling.SampleReducedBatch(rs, e.samplers)
+	var toks []sampling.Token
+	var errs []error
+	if asks {
+		at := make([]int, R)
+		for i := range at {
+			at[i] = i
+		}
+		toks, errs, err = sampling.SampleRoundsBatch(rs, e.samplers, func(qs [][]sampling.Query) ([][]sampling.Answer, error) {
+			return answerQueries(at, qs, func(rows []int, flat []sampling.Query) ([]sampling.Answer, error) {
+				return sh.QueryLogits(shard, rows, flat)
+			})
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+	} else {
+		toks, errs = sampling.SampleReducedBatch(rs, e.samplers)
+	}
 	var short []int32
 	for i, err := range errs {
 		if errors.Is(err, sampling.ErrNotReducible) {

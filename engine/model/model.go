@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/npuserve/npuserve/engine/config"
+	"github.com/npuserve/npuserve/engine/sampling"
 	"github.com/npuserve/npuserve/npu"
 )
 
@@ -104,6 +105,11 @@ type ShardedLogits interface {
 	// GatherLogits gathers the last Forward's sharded logits into whole
 	// rows [R, V] (a new device tensor the caller frees).
 	GatherLogits(shard *npu.Tensor) (*npu.Tensor, error)
+	// QueryLogits answers sampling queries on the last Forward's sharded
+	// logits (query i on row rows[i]; sampling.SampleRounds): every rank
+	// answers for its columns, the leader merges (MergeAnswers). It is a
+	// sync point.
+	QueryLogits(shard *npu.Tensor, rows []int, qs []sampling.Query) ([]sampling.Answer, error)
 }
 
 // RowReduction is one row of ShardedLogits.ReduceLogits: host values.

@@ -29,6 +29,7 @@ const (
 	cmdNoop    = 5 // keepalive of an idle leader
 	cmdReduce  = 6 // ReduceLogits(hdr[1] = k, hdr[2] payload words, hdr[3] rows)
 	cmdGather  = 7 // GatherLogits of the last Forward
+	cmdQuery   = 8 // QueryLogits(hdr[1] = queries, hdr[2] payload words)
 )
 
 // KeepaliveInterval is how often an idle leader tells its followers it is
@@ -353,6 +354,42 @@ func Follow(m *glm5next.Model, tp hccl.Comm) (err error) {
 			parts.free(be)
 			if err != nil {
 				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), collectiveFailed("sending the reduced logits", err))
+			}
+		case cmdQuery:
+			if last == nil {
+				return fmt.Errorf("worker: TP follower %d: sampling queries without sharded logits", tp.Rank())
+			}
+			n := int(h[2])
+			if payload, err = growI32(be, payload, n); err != nil {
+				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
+			}
+			p := payload.Rows(0, n)
+			if err := npu.RunOnStream(be, func() error { return tp.Broadcast(p, 0) }); err != nil {
+				return fmt.Errorf("worker: TP follower %d receiving sampling queries: %w", tp.Rank(), err)
+			}
+			words, err := npu.DownloadI32(be, p)
+			if err != nil {
+				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
+			}
+			rows, qs, err := decodeQueries(words, int(h[1]))
+			if err != nil {
+				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
+			}
+			parts, err := model.EnqueueQueries(be, last, rows, qs)
+			if err != nil {
+				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
+			}
+			err = npu.RunOnStream(be, func() error {
+				for _, t := range parts.Tensors() {
+					if err := tp.Send(t, 0); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			parts.Free(be)
+			if err != nil {
+				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), collectiveFailed("sending sampling answers", err))
 			}
 		case cmdDummy:
 			if cache == nil {

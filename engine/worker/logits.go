@@ -8,6 +8,7 @@ import (
 
 	"github.com/npuserve/npuserve/engine/model"
 	"github.com/npuserve/npuserve/engine/model/glm5next"
+	"github.com/npuserve/npuserve/engine/sampling"
 	"github.com/npuserve/npuserve/npu"
 )
 
@@ -345,4 +346,94 @@ func decodeTouched(w []int32, rows int) ([][]int32, error) {
 		return nil, fmt.Errorf("worker: a touched-id list with %d extra words", len(w)-off)
 	}
 	return out, nil
+}
+
+// QueryLogits implements model.ShardedLogits: the followers answer the
+// queries for their columns and send the answers to the leader, which
+// answers for its own and merges them (model.MergeAnswers).
+func (l *Leader) QueryLogits(shard *npu.Tensor, rows []int, qs []sampling.Query) ([]sampling.Answer, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	be := l.m.Backend()
+	words := encodeQueries(nil, rows, qs)
+	if err := l.send(cmdQuery, len(qs), len(words), 0); err != nil {
+		return nil, err
+	}
+	var err error
+	if l.payload, err = growI32(be, l.payload, len(words)); err != nil {
+		return nil, err
+	}
+	p := l.payload.Rows(0, len(words))
+	if err := be.Upload(p, npu.EncodeInt32s(words)); err != nil {
+		return nil, err
+	}
+	if err := npu.RunOnStream(be, func() error { return l.tp.Broadcast(p, 0) }); err != nil {
+		return nil, collectiveFailed("broadcasting sampling queries", err)
+	}
+	tp, V := l.tp.Size(), l.m.Config().VocabSize
+	parts := make([]*model.QueryParts, tp)
+	defer func() {
+		for _, x := range parts {
+			if x != nil {
+				x.Free(be)
+			}
+		}
+	}()
+	if parts[0], err = model.EnqueueQueries(be, shard, rows, qs); err != nil {
+		return nil, err
+	}
+	for t := 1; t < tp; t++ {
+		if parts[t], err = model.AllocQueries(be, qs); err != nil {
+			return nil, err
+		}
+	}
+	err = npu.RunOnStream(be, func() error {
+		for t := 1; t < tp; t++ {
+			for _, x := range parts[t].Tensors() {
+				if err := l.tp.Recv(x, t); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, collectiveFailed("receiving sampling answers", err)
+	}
+	ans := make([][]sampling.Answer, tp)
+	for t, x := range parts {
+		if ans[t], err = x.Answers(be, V/tp*t); err != nil {
+			return nil, err
+		}
+	}
+	return model.MergeAnswers(ans), nil
+}
+
+// encodeQueries appends sampling queries as words, six per query: the
+// row, the kind, M's float32 bits, InvT's float64 bits (low word first)
+// and the bin.
+func encodeQueries(dst []int32, rows []int, qs []sampling.Query) []int32 {
+	for i, q := range qs {
+		b := math.Float64bits(q.InvT)
+		dst = append(dst, int32(rows[i]), int32(q.Kind), int32(math.Float32bits(q.M)), int32(uint32(b)), int32(uint32(b>>32)), int32(q.Bin))
+	}
+	return dst
+}
+
+// decodeQueries reads encodeQueries' words for n queries.
+func decodeQueries(w []int32, n int) (rows []int, qs []sampling.Query, err error) {
+	if n < 0 || len(w) != 6*n {
+		return nil, nil, fmt.Errorf("worker: %d words for %d sampling queries", len(w), n)
+	}
+	for i := range n {
+		x := w[6*i : 6*i+6]
+		rows = append(rows, int(x[0]))
+		qs = append(qs, sampling.Query{
+			Kind: sampling.QueryKind(x[1]),
+			M:    math.Float32frombits(uint32(x[2])),
+			InvT: math.Float64frombits(uint64(uint32(x[3])) | uint64(uint32(x[4]))<<32),
+			Bin:  int(x[5]),
+		})
+	}
+	return rows, qs, nil
 }

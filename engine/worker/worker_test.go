@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -654,6 +655,25 @@ func checkSharded(be npu.Backend, sh model.ShardedLogits, lg *npu.Tensor) (*npu.
 	if err != nil {
 		return nil, err
 	}
+	// Sampling queries on every row: histograms at two temperatures, the
+	// bins of the 3rd best candidate and of the maximum.
+	var qrows []int
+	var qs []sampling.Query
+	for r, red := range reds {
+		m := red.Vals[0]
+		for _, q := range []sampling.Query{
+			{Kind: sampling.QueryHist, M: m, InvT: 1},
+			{Kind: sampling.QueryHist, M: m, InvT: 1 / 0.7},
+			{Kind: sampling.QueryBin, M: m, InvT: 1, Bin: int(float64(m-red.Vals[2]) * npu.SampleBinsPerUnit)},
+			{Kind: sampling.QueryBin, M: m, InvT: 1 / 0.7, Bin: 0},
+		} {
+			qrows, qs = append(qrows, r), append(qs, q)
+		}
+	}
+	answers, err := sh.QueryLogits(lg, qrows, qs)
+	if err != nil {
+		return nil, err
+	}
 	full, err := sh.GatherLogits(lg)
 	be.Free(lg)
 	if err != nil {
@@ -692,5 +712,39 @@ func checkSharded(be npu.Backend, sh model.ShardedLogits, lg *npu.Tensor) (*npu.
 			}
 		}
 	}
+	for i, q := range qs {
+		if want := answerOnRow(rows[qrows[i]], q); !reflect.DeepEqual(answers[i], want) {
+			return nil, fmt.Errorf("row %d: query %+v answered %+v across the ranks, %+v on the whole row", qrows[i], q, answers[i], want)
+		}
+	}
 	return full, nil
+}
+
+// answerOnRow answers a sampling query on a whole host row as
+// npu.SampleHistogrammer does (at most sampling.MaxBinMembers members).
+func answerOnRow(row []float32, q sampling.Query) sampling.Answer {
+	var a sampling.Answer
+	if q.Kind == sampling.QueryHist {
+		a.Hist = make([]int64, npu.SampleHistBins)
+		for _, v := range row {
+			if b, f := npu.SampleBin(v, q.M, q.InvT); b >= 0 {
+				a.Hist[b] += int64(f)
+			}
+		}
+		return a
+	}
+	a.IDs, a.Vals = []int32{}, []float32{}
+	for i, v := range row {
+		switch b, _ := npu.SampleBin(v, q.M, q.InvT); {
+		case b < 0 || b > q.Bin:
+		case b < q.Bin:
+			a.Below++
+		default:
+			if a.Count < sampling.MaxBinMembers {
+				a.IDs, a.Vals = append(a.IDs, int32(i)), append(a.Vals, v)
+			}
+			a.Count++
+		}
+	}
+	return a
 }
