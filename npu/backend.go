@@ -310,11 +310,12 @@ type Ops interface {
 // cross to the host instead of the whole vocabulary row, a few dozen
 // bytes instead of 4*V.
 //
-// It is not part of Ops yet, so that a backend without it (today's CUDA
-// backend, whose Open refuses to run with an unimplemented op) keeps
-// working: the engine asks with a type assertion and falls back to
-// downloading whole rows, which gives the same tokens. Ops will embed it
-// once every backend implements it.
+// It is not part of Ops yet, so that a backend without it (today's
+// Ascend backend) keeps working: the engine asks with a type assertion
+// and falls back to downloading whole rows, which gives the same tokens.
+// Ops will embed it once every backend implements it. SampleHistogrammer
+// takes the rows a top-k reduction cannot decide (plain temperature,
+// top-p, logprobs).
 type SampleReducer interface {
 	// SampleReduce writes, for each row r of logits [R, V] (F32), the k
 	// best entries in TopK's order (vals F32 [R, k] descending, ids I32

@@ -132,10 +132,11 @@ type Stats struct {
 	// NumWholeRows counts the sampled logits rows whose whole vocabulary
 	// row was downloaded to the host: every row on a backend that does
 	// not reduce logits (the eager CPU backend), else the rows
-	// sampling.Sampler.Reducible declines (logprobs, top-p or plain
-	// temperature without top-k or min-p, many touched ids) and the
-	// reductions that turned out short. The others crossed as a few
-	// candidates per row.
+	// sampling.Sampler.Reducible declines (every logprob, top_k above
+	// 1024, many touched ids; without npu.SampleHistogrammer also
+	// logprobs, top-p or plain temperature without top-k or min-p) and
+	// the reductions that turned out short. The others crossed as a few
+	// candidates per row (and histograms and bin members in rounds).
 	NumWholeRows int64
 	// DummySteps counts the forwards without tokens this rank ran to stay
 	// in lockstep with other DP ranks (Options.Lockstep).

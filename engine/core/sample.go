@@ -22,14 +22,16 @@ func reduces(be npu.Backend) (npu.SampleReducer, bool) {
 
 // sample picks the next token of every sampled request from the step's
 // logits [R, V] (device memory; row i is e.sampled[i]'s). Rows that
-// sampling.Sampler.Reducible accepts (greedy, top-k and min-p sampling
-// without logprobs, whose processors touch few ids) are decided on the
+// sampling.Sampler.Reducible accepts (greedy, top-k and min-p sampling,
+// and on a backend with npu.SampleHistogrammer also plain temperature,
+// top-p and logprobs, whose processors touch few ids) are decided on the
 // device's reduction: the top candidates, the raw values of the touched
-// ids and the row's NaN/+Inf counts cross to the host
-// (sampling.Sampler.SampleReduced, exact); every other row is downloaded
+// ids and the row's NaN/+Inf counts cross to the host, then, in rounds,
+// the histograms and bin members the row asks for
+// (sampling.SampleRoundsBatch, exact); every other row is downloaded
 // whole, and so is a reduced row that turns out short (ErrNotReducible:
-// ties or min-p survivors past the candidates), in a second round. The
-// downloads are the step's sync point. A failed download is the step's
+// ties, min-p survivors or bin members past what was held), in a last
+// round. The downloads are the sync points. A failed download is the step's
 // error; a bad row fails only its request (errs). e.wholeRows counts the
 // rows downloaded whole.
 func (e *Engine) sample(logits *npu.Tensor) (toks []sampling.Token, errs []error, err error) {
