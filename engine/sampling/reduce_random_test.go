@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/npuserve/npuserve/npu"
 )
 
 // randomSampledCase is randomCase (min_tokens, bias, penalties, EOS) made
@@ -209,39 +207,16 @@ func TestSampleReducedRandomMatchesSample(t *testing.T) {
 	}
 }
 
-// hostAsk answers SampleRounds' queries on a host row as
-// npu.SampleHistogrammer does on a device, returning at most members
-// members of a bin.
+// hostAsk answers SampleRounds' queries on a host row (AnswerRow, at
+// most members members of a bin).
 func hostAsk(row []float32, members int) Asker {
 	return func(qs []Query) ([]Answer, error) {
 		out := make([]Answer, len(qs))
 		for j, q := range qs {
-			a := &out[j]
-			switch q.Kind {
-			case QueryHist:
-				a.Hist = make([]int64, npu.SampleHistBins)
-				for _, v := range row {
-					if b, f := npu.SampleBin(v, q.M, q.InvT); b >= 0 {
-						a.Hist[b] += int64(f)
-					}
-				}
-			case QueryBin:
-				a.IDs, a.Vals = []int32{}, []float32{}
-				for i, v := range row {
-					switch b, _ := npu.SampleBin(v, q.M, q.InvT); {
-					case b < 0 || b > q.Bin:
-					case b < q.Bin:
-						a.Below++
-					default:
-						if a.Count < members {
-							a.IDs, a.Vals = append(a.IDs, int32(i)), append(a.Vals, v)
-						}
-						a.Count++
-					}
-				}
-			default:
+			if q.Kind != QueryHist && q.Kind != QueryBin {
 				return nil, fmt.Errorf("query kind %d", q.Kind)
 			}
+			out[j] = AnswerRow(row, q, members)
 		}
 		return out, nil
 	}

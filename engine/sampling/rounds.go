@@ -309,3 +309,33 @@ func SampleRoundsBatch(rows []Reduced, samplers []*Sampler, serve func(qs [][]Qu
 	}
 	return toks, errs, nil
 }
+
+// AnswerRow answers q on a host row of raw logits as
+// npu.SampleHistogrammer does on a device, with at most members members
+// of a bin: the reference the device answers are checked against.
+func AnswerRow(row []float32, q Query, members int) Answer {
+	var a Answer
+	if q.Kind == QueryHist {
+		a.Hist = make([]int64, histBins)
+		for _, v := range row {
+			if b, f := npu.SampleBin(v, q.M, q.InvT); b >= 0 {
+				a.Hist[b] += int64(f)
+			}
+		}
+		return a
+	}
+	a.IDs, a.Vals = []int32{}, []float32{}
+	for i, v := range row {
+		switch b, _ := npu.SampleBin(v, q.M, q.InvT); {
+		case b < 0 || b > q.Bin:
+		case b < q.Bin:
+			a.Below++
+		default:
+			if a.Count < members {
+				a.IDs, a.Vals = append(a.IDs, int32(i)), append(a.Vals, v)
+			}
+			a.Count++
+		}
+	}
+	return a
+}

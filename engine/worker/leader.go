@@ -323,14 +323,7 @@ func Follow(m *glm5next.Model, tp hccl.Comm) (err error) {
 			if rows != last.Dim(0) {
 				return fmt.Errorf("worker: TP follower %d: a reduction of %d rows for logits of %d", tp.Rank(), rows, last.Dim(0))
 			}
-			if payload, err = growI32(be, payload, n); err != nil {
-				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
-			}
-			p := payload.Rows(0, n)
-			if err := npu.RunOnStream(be, func() error { return tp.Broadcast(p, 0) }); err != nil {
-				return fmt.Errorf("worker: TP follower %d receiving a reduction: %w", tp.Rank(), err)
-			}
-			words, err := npu.DownloadI32(be, p)
+			words, err := recvPayload(be, tp, &payload, n, "a reduction")
 			if err != nil {
 				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
@@ -343,31 +336,16 @@ func Follow(m *glm5next.Model, tp hccl.Comm) (err error) {
 			if err != nil {
 				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
-			err = npu.RunOnStream(be, func() error {
-				for _, t := range parts.tensors() {
-					if err := tp.Send(t, 0); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
+			err = sendParts(be, tp, parts.tensors(), "the reduced logits")
 			parts.free(be)
 			if err != nil {
-				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), collectiveFailed("sending the reduced logits", err))
+				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
 		case cmdQuery:
 			if last == nil {
 				return fmt.Errorf("worker: TP follower %d: sampling queries without sharded logits", tp.Rank())
 			}
-			n := int(h[2])
-			if payload, err = growI32(be, payload, n); err != nil {
-				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
-			}
-			p := payload.Rows(0, n)
-			if err := npu.RunOnStream(be, func() error { return tp.Broadcast(p, 0) }); err != nil {
-				return fmt.Errorf("worker: TP follower %d receiving sampling queries: %w", tp.Rank(), err)
-			}
-			words, err := npu.DownloadI32(be, p)
+			words, err := recvPayload(be, tp, &payload, int(h[2]), "sampling queries")
 			if err != nil {
 				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
@@ -379,17 +357,10 @@ func Follow(m *glm5next.Model, tp hccl.Comm) (err error) {
 			if err != nil {
 				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
-			err = npu.RunOnStream(be, func() error {
-				for _, t := range parts.Tensors() {
-					if err := tp.Send(t, 0); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
+			err = sendParts(be, tp, parts.Tensors(), "sampling answers")
 			parts.Free(be)
 			if err != nil {
-				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), collectiveFailed("sending sampling answers", err))
+				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
 		case cmdDummy:
 			if cache == nil {

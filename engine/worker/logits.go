@@ -9,6 +9,7 @@ import (
 	"github.com/npuserve/npuserve/engine/model"
 	"github.com/npuserve/npuserve/engine/model/glm5next"
 	"github.com/npuserve/npuserve/engine/sampling"
+	"github.com/npuserve/npuserve/hccl"
 	"github.com/npuserve/npuserve/npu"
 )
 
@@ -73,20 +74,10 @@ func (l *Leader) ReduceLogits(shard *npu.Tensor, k int, touched [][]int32) ([]mo
 	}
 	V, tp := l.m.Config().VocabSize, l.tp.Size()
 	words := encodeTouched(nil, touched)
-	if err := l.send(cmdReduce, k, len(words), R); err != nil {
+	if err := l.sendPayload(cmdReduce, k, words, R, "a logits reduction"); err != nil {
 		return nil, err
 	}
 	var err error
-	if l.payload, err = growI32(be, l.payload, len(words)); err != nil {
-		return nil, err
-	}
-	p := l.payload.Rows(0, len(words))
-	if err := be.Upload(p, npu.EncodeInt32s(words)); err != nil {
-		return nil, err
-	}
-	if err := npu.RunOnStream(be, func() error { return l.tp.Broadcast(p, 0) }); err != nil {
-		return nil, collectiveFailed("broadcasting a logits reduction", err)
-	}
 	parts := make([]shardParts, tp)
 	defer func() {
 		for i := range parts {
@@ -103,18 +94,8 @@ func (l *Leader) ReduceLogits(shard *npu.Tensor, k int, touched [][]int32) ([]mo
 			return nil, err
 		}
 	}
-	err = npu.RunOnStream(be, func() error {
-		for t := 1; t < tp; t++ {
-			for _, x := range parts[t].tensors() {
-				if err := l.tp.Recv(x, t); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, collectiveFailed("receiving the reduced logits", err)
+	if err := l.recvParts(func(t int) []*npu.Tensor { return parts[t].tensors() }, "the reduced logits"); err != nil {
+		return nil, err
 	}
 	host := make([]hostShard, tp)
 	for t := range parts {
@@ -356,20 +337,10 @@ func (l *Leader) QueryLogits(shard *npu.Tensor, rows []int, qs []sampling.Query)
 	defer l.mu.Unlock()
 	be := l.m.Backend()
 	words := encodeQueries(nil, rows, qs)
-	if err := l.send(cmdQuery, len(qs), len(words), 0); err != nil {
+	if err := l.sendPayload(cmdQuery, len(qs), words, 0, "sampling queries"); err != nil {
 		return nil, err
 	}
 	var err error
-	if l.payload, err = growI32(be, l.payload, len(words)); err != nil {
-		return nil, err
-	}
-	p := l.payload.Rows(0, len(words))
-	if err := be.Upload(p, npu.EncodeInt32s(words)); err != nil {
-		return nil, err
-	}
-	if err := npu.RunOnStream(be, func() error { return l.tp.Broadcast(p, 0) }); err != nil {
-		return nil, collectiveFailed("broadcasting sampling queries", err)
-	}
 	tp, V := l.tp.Size(), l.m.Config().VocabSize
 	parts := make([]*model.QueryParts, tp)
 	defer func() {
@@ -387,18 +358,8 @@ func (l *Leader) QueryLogits(shard *npu.Tensor, rows []int, qs []sampling.Query)
 			return nil, err
 		}
 	}
-	err = npu.RunOnStream(be, func() error {
-		for t := 1; t < tp; t++ {
-			for _, x := range parts[t].Tensors() {
-				if err := l.tp.Recv(x, t); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, collectiveFailed("receiving sampling answers", err)
+	if err := l.recvParts(func(t int) []*npu.Tensor { return parts[t].Tensors() }, "sampling answers"); err != nil {
+		return nil, err
 	}
 	ans := make([][]sampling.Answer, tp)
 	for t, x := range parts {
@@ -436,4 +397,72 @@ func decodeQueries(w []int32, n int) (rows []int, qs []sampling.Query, err error
 		})
 	}
 	return rows, qs, nil
+}
+
+// sendPayload sends the followers a command whose header's second word
+// counts words, then the words themselves (what names them in errors).
+func (l *Leader) sendPayload(cmd, a int, words []int32, c int, what string) error {
+	if err := l.send(cmd, a, len(words), c); err != nil {
+		return err
+	}
+	be := l.m.Backend()
+	var err error
+	if l.payload, err = growI32(be, l.payload, len(words)); err != nil {
+		return err
+	}
+	p := l.payload.Rows(0, len(words))
+	if err := be.Upload(p, npu.EncodeInt32s(words)); err != nil {
+		return err
+	}
+	if err := npu.RunOnStream(be, func() error { return l.tp.Broadcast(p, 0) }); err != nil {
+		return collectiveFailed("broadcasting "+what, err)
+	}
+	return nil
+}
+
+// recvParts receives every follower t's tensors parts(t), in order.
+func (l *Leader) recvParts(parts func(t int) []*npu.Tensor, what string) error {
+	err := npu.RunOnStream(l.m.Backend(), func() error {
+		for t := 1; t < l.tp.Size(); t++ {
+			for _, x := range parts(t) {
+				if err := l.tp.Recv(x, t); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return collectiveFailed("receiving "+what, err)
+	}
+	return nil
+}
+
+// recvPayload receives a command's n payload words (a follower).
+func recvPayload(be npu.Backend, tp hccl.Comm, payload **npu.Tensor, n int, what string) ([]int32, error) {
+	var err error
+	if *payload, err = growI32(be, *payload, n); err != nil {
+		return nil, err
+	}
+	p := (*payload).Rows(0, n)
+	if err := npu.RunOnStream(be, func() error { return tp.Broadcast(p, 0) }); err != nil {
+		return nil, fmt.Errorf("receiving %s: %w", what, err)
+	}
+	return npu.DownloadI32(be, p)
+}
+
+// sendParts sends a follower's tensors to the leader, in order.
+func sendParts(be npu.Backend, tp hccl.Comm, parts []*npu.Tensor, what string) error {
+	err := npu.RunOnStream(be, func() error {
+		for _, t := range parts {
+			if err := tp.Send(t, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return collectiveFailed("sending "+what, err)
+	}
+	return nil
 }

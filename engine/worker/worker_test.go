@@ -713,38 +713,9 @@ func checkSharded(be npu.Backend, sh model.ShardedLogits, lg *npu.Tensor) (*npu.
 		}
 	}
 	for i, q := range qs {
-		if want := answerOnRow(rows[qrows[i]], q); !reflect.DeepEqual(answers[i], want) {
+		if want := sampling.AnswerRow(rows[qrows[i]], q, sampling.MaxBinMembers); !reflect.DeepEqual(answers[i], want) {
 			return nil, fmt.Errorf("row %d: query %+v answered %+v across the ranks, %+v on the whole row", qrows[i], q, answers[i], want)
 		}
 	}
 	return full, nil
-}
-
-// answerOnRow answers a sampling query on a whole host row as
-// npu.SampleHistogrammer does (at most sampling.MaxBinMembers members).
-func answerOnRow(row []float32, q sampling.Query) sampling.Answer {
-	var a sampling.Answer
-	if q.Kind == sampling.QueryHist {
-		a.Hist = make([]int64, npu.SampleHistBins)
-		for _, v := range row {
-			if b, f := npu.SampleBin(v, q.M, q.InvT); b >= 0 {
-				a.Hist[b] += int64(f)
-			}
-		}
-		return a
-	}
-	a.IDs, a.Vals = []int32{}, []float32{}
-	for i, v := range row {
-		switch b, _ := npu.SampleBin(v, q.M, q.InvT); {
-		case b < 0 || b > q.Bin:
-		case b < q.Bin:
-			a.Below++
-		default:
-			if a.Count < sampling.MaxBinMembers {
-				a.IDs, a.Vals = append(a.IDs, int32(i)), append(a.Vals, v)
-			}
-			a.Count++
-		}
-	}
-	return a
 }
