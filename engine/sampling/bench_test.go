@@ -70,3 +70,67 @@ func BenchmarkSample(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSampleRounds times SampleRounds on a 154880-token row whose
+// candidates and device answers are ready (host work only: the device's
+// part is npu.SampleHistogrammer's), and reports what crossed to the host
+// per row (candidates, histograms, bin members) against the 619,520 bytes
+// of the whole row, and the device rounds.
+func BenchmarkSampleRounds(b *testing.B) {
+	peaked, flat := benchRow(true), benchRow(false)
+	for _, bc := range []struct {
+		name string
+		row  []float32
+		f    func(p *Params)
+	}{
+		{"temperature=0.7", peaked, func(p *Params) { p.Temperature = Ptr(0.7) }},
+		{"top_p=0.95", peaked, func(p *Params) { p.TopP = Ptr(0.95) }},
+		{"greedy,logprobs=5", peaked, func(p *Params) { p.Temperature = Ptr(0.0); p.Logprobs = Ptr(5) }},
+		{"top_p=0.9,logprobs=5", peaked, func(p *Params) { p.TopP, p.Logprobs = Ptr(0.9), Ptr(5) }},
+		{"flat,temperature=1", flat, func(p *Params) { p.Temperature = Ptr(1.0) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			p := DefaultParams()
+			p.Seed = Ptr(uint64(1))
+			bc.f(&p)
+			s, err := NewSampler(p, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			k, touched, ok := s.Reducible(benchVocab, true)
+			if !ok {
+				b.Fatal("not reducible")
+			}
+			r := hostReduce(bc.row, k, touched)
+			// The answers the row asks for, cached by query: the benchmark
+			// times the host's part.
+			cache := map[Query]Answer{}
+			var crossed, rounds, n int
+			ask := func(qs []Query) ([]Answer, error) {
+				out := make([]Answer, len(qs))
+				for i, q := range qs {
+					a, hit := cache[q]
+					if !hit {
+						a = AnswerRow(bc.row, q, MaxBinMembers)
+						cache[q] = a
+					}
+					out[i] = a
+					crossed += 8*len(a.Hist) + 8*len(a.IDs) + 8
+				}
+				rounds++
+				return out, nil
+			}
+			crossed0 := 8*len(r.IDs) + 4*len(r.TouchedVals) + 8
+			for b.Loop() {
+				if _, err := s.SampleRounds(r, ask); err != nil {
+					b.Fatal(err)
+				}
+				n++
+				s.out, s.outUnique = s.out[:0], s.outUnique[:0]
+				clear(s.counts)
+			}
+			b.ReportMetric(float64(crossed0)+float64(crossed)/float64(n), "bytes/row")
+			b.ReportMetric(float64(rounds)/float64(n), "rounds/row")
+		})
+	}
+}
