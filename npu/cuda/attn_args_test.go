@@ -115,16 +115,7 @@ func TestAttnArgumentChecks(t *testing.T) {
 		}},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			defer func() {
-				r := recover()
-				msg, _ := r.(string)
-				if r == nil || !strings.Contains(msg, c.want) {
-					t.Fatalf("panic %v, want one containing %q", r, c.want)
-				}
-			}()
-			c.call()
-		})
+		t.Run(c.name, func(t *testing.T) { wantPanic(t, c.want, c.call) })
 	}
 }
 

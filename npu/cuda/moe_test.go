@@ -79,16 +79,7 @@ func TestMoEQuantSampleArgumentChecks(t *testing.T) {
 		{"SampleReduce scalar", "SampleReduce of logits", func() { b.SampleReduce(nil, nil, ft(i32, 2), ft(f32), 0) }},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			defer func() {
-				r := recover()
-				msg, _ := r.(string)
-				if r == nil || !strings.Contains(msg, c.want) {
-					t.Fatalf("panic %v, want one containing %q", r, c.want)
-				}
-			}()
-			c.call()
-		})
+		t.Run(c.name, func(t *testing.T) { wantPanic(t, c.want, c.call) })
 	}
 }
 

@@ -85,16 +85,7 @@ func TestSampleHistArgumentChecks(t *testing.T) {
 		}},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			defer func() {
-				r := recover()
-				msg, _ := r.(string)
-				if r == nil || !strings.Contains(msg, c.want) {
-					t.Fatalf("panic %v, want one containing %q", r, c.want)
-				}
-			}()
-			c.call()
-		})
+		t.Run(c.name, func(t *testing.T) { wantPanic(t, c.want, c.call) })
 	}
 	for _, c := range []struct {
 		op   int32

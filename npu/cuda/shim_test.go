@@ -168,16 +168,7 @@ func TestArgumentChecks(t *testing.T) {
 		{"foreign tensor", "does not live on this CUDA backend", func() { b.Add(ft(f32, 3), ft(f32, 3), ft(f32, 3)) }},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			defer func() {
-				r := recover()
-				msg, _ := r.(string)
-				if r == nil || !strings.Contains(msg, c.want) {
-					t.Fatalf("panic %v, want one containing %q", r, c.want)
-				}
-			}()
-			c.call()
-		})
+		t.Run(c.name, func(t *testing.T) { wantPanic(t, c.want, c.call) })
 	}
 }
 
