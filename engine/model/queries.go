@@ -3,6 +3,7 @@ package model
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/npuserve/npuserve/engine/sampling"
 	"github.com/npuserve/npuserve/npu"
@@ -176,7 +177,20 @@ func (p *QueryParts) Answers(be npu.Backend, offset int) ([]sampling.Answer, err
 			return nil, err
 		}
 	}
+	// The bins' members: one download of the rows up to the last bin
+	// holding any, instead of two per bin (each a round trip).
 	C := sampling.MaxBinMembers
+	var vals []float32
+	var ids []int32
+	if last := lastHolding(counts); last >= 0 {
+		n := (last + 1) * C
+		if vals, err = npu.DownloadF32(be, p.vals.Reshape(p.nBin*C, 1).Rows(0, n)); err != nil {
+			return nil, err
+		}
+		if ids, err = npu.DownloadI32(be, p.ids.Reshape(p.nBin*C, 1).Rows(0, n)); err != nil {
+			return nil, err
+		}
+	}
 	h, b := 0, 0
 	for i, k := range p.kinds {
 		a := &ans[i]
@@ -190,13 +204,9 @@ func (p *QueryParts) Answers(be npu.Backend, offset int) ([]sampling.Answer, err
 		}
 		a.Count, a.Below = int(counts[2*b]), int(counts[2*b+1])
 		a.IDs, a.Vals = []int32{}, []float32{}
-		if held := min(a.Count, C); held > 0 {
-			if a.Vals, err = npu.DownloadF32(be, p.vals.Reshape(p.nBin*C, 1).Rows(b*C, b*C+held)); err != nil {
-				return nil, err
-			}
-			if a.IDs, err = npu.DownloadI32(be, p.ids.Reshape(p.nBin*C, 1).Rows(b*C, b*C+held)); err != nil {
-				return nil, err
-			}
+		if held := min(a.Count, C); held > 0 { // b <= last
+			a.Vals = slices.Clone(vals[b*C : b*C+held])
+			a.IDs = slices.Clone(ids[b*C : b*C+held])
 			for j := range a.IDs {
 				a.IDs[j] += int32(offset)
 			}
@@ -204,6 +214,17 @@ func (p *QueryParts) Answers(be npu.Backend, offset int) ([]sampling.Answer, err
 		b++
 	}
 	return ans, nil
+}
+
+// lastHolding is the last bin query whose counts (I32 pairs) show members,
+// -1 for none.
+func lastHolding(counts []int32) int {
+	for b := len(counts)/2 - 1; b >= 0; b-- {
+		if counts[2*b] > 0 {
+			return b
+		}
+	}
+	return -1
 }
 
 // MergeAnswers merges the answers of the ranks of a vocabulary-parallel

@@ -233,6 +233,15 @@ func logprobOf(v float32, lse float64) float32 {
 	return float32(float64(v) - lse)
 }
 
+// asks reports whether SampleRounds on a row of vocab logits may ask its
+// Asker: for logprobs, or for random sampling with neither top-k nor
+// min-p (sampleRandomReduced's histogram path). Other rows are decided
+// from their candidates (without an Asker, a row that did ask would get
+// ErrNotReducible and be sampled whole: slower, never wrong).
+func (s *Sampler) asks(vocab int) bool {
+	return s.wantLP || (!s.greedy && !(s.topK > 0 && s.topK < vocab) && s.minP == 0)
+}
+
 // errRoundsStopped ends a row's SampleRounds when its batch stops early.
 var errRoundsStopped = errors.New("sampling: the batch's rounds stopped")
 
@@ -270,6 +279,11 @@ func SampleRoundsBatch(rows []Reduced, samplers []*Sampler, serve func(qs [][]Qu
 	qs := make([][]Query, n)
 	live := 0
 	for i := range rows {
+		if !samplers[i].asks(rows[i].Vocab) {
+			// Decided from the candidates alone: no coroutine.
+			toks[i], errs[i] = samplers[i].SampleRounds(rows[i], nil)
+			continue
+		}
 		r := &row{}
 		r.next, r.stop = iter.Pull(func(yield func([]Query) bool) {
 			toks[i], errs[i] = samplers[i].SampleRounds(rows[i], func(q []Query) ([]Answer, error) {
