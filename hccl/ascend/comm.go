@@ -13,8 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -105,18 +103,11 @@ var dataTypes = map[npu.DType]C.int{
 
 // comm is an HCCL communicator driven from the device's thread.
 type comm struct {
-	rank, size int
-	opts       hccl.Options
-	dev        *device
-	h          C.uintptr_t // HcclComm
-	stream     C.uintptr_t
-	ownStream  bool
-
-	mu  sync.Mutex // one operation at a time
-	seq uint64
-
-	stop atomic.Bool // Abort or Close: end the wait of an operation in flight
-	hs   hccl.Health // closed or poisoned
+	hccl.DeviceComm
+	dev       *device
+	h         C.uintptr_t // HcclComm
+	stream    C.uintptr_t
+	ownStream bool
 }
 
 var _ hccl.Comm = (*comm)(nil)
@@ -135,7 +126,8 @@ func initComm(ri hccl.RootInfo, rank, size int, opts hccl.Options) (hccl.Comm, e
 		return nil, fail(err)
 	}
 	applyTimeoutEnv(opts, nil) // before the process's first HcclCommInitRootInfo (env.go)
-	c := &comm{rank: rank, size: size, opts: opts, dev: d}
+	c := &comm{dev: d}
+	c.Init(rank, size, opts)
 	var info C.npu_hccl_root_info
 	copy(unsafe.Slice((*byte)(unsafe.Pointer(&info)), len(blob)), blob)
 	var herr error
@@ -177,25 +169,6 @@ func initComm(ri hccl.RootInfo, rank, size int, opts hccl.Options) (hccl.Comm, e
 	return c, nil
 }
 
-func (c *comm) Rank() int { return c.rank }
-func (c *comm) Size() int { return c.size }
-
-func (c *comm) opErr(o *hccl.Op, err error, peers ...int) *hccl.OpError {
-	return o.Error(c.opts.Name, c.rank, c.size, c.opts.Timeout, err, peers...)
-}
-
-func (c *comm) state(o *hccl.Op) error {
-	if err := c.hs.Failure(); err != nil {
-		return c.opErr(o, err)
-	}
-	return nil
-}
-
-func (c *comm) poison(err *hccl.OpError) error {
-	c.hs.Poison(err)
-	return err
-}
-
 // call is one HCCL operation: enqueue on the stream, wait for it with the
 // timeout, check HCCL's asynchronous error. enqueue runs on the device
 // thread and returns the HcclResult and the call's name.
@@ -209,50 +182,30 @@ type call struct {
 }
 
 func (c *comm) run(k call) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	o := &hccl.Op{Name: k.name, Describe: k.describe, Start: time.Now()}
-	if !k.p2p {
-		c.seq++
-		o.Seq = c.seq
-	}
-	if err := c.state(o); err != nil {
-		return err
-	}
-	if k.check != nil {
-		if err := k.check(); err != nil {
-			return c.poison(c.opErr(o, err))
+	dc := hccl.DeviceCall{Name: k.name, P2P: k.p2p, Describe: k.describe, Check: k.check}
+	return c.Run(dc, nil, func(deadline time.Time) (stuck, failed error) {
+		err := c.dev.do(k.name, c.Opts.Timeout+stuckGrace, func() {
+			if rc, what := k.enqueue(); rc != 0 {
+				failed = hcclError(what, rc)
+				return
+			}
+			failed = c.wait(deadline)
+		})
+		if err != nil { // the thread is stuck in CANN: leave its host memory alone
+			return err, nil
 		}
-	}
-	deadline := o.Start.Add(c.opts.Timeout)
-	var ferr error
-	err := c.dev.do(k.name, c.opts.Timeout+stuckGrace, func() {
-		if rc, what := k.enqueue(); rc != 0 {
-			ferr = hcclError(what, rc)
-			return
+		if k.cleanup != nil {
+			k.cleanup()
 		}
-		ferr = c.wait(deadline)
+		return nil, failed
 	})
-	if err != nil { // the thread is stuck in CANN: leave its host memory alone
-		return c.poison(c.opErr(o, err))
-	}
-	if k.cleanup != nil {
-		k.cleanup()
-	}
-	if ferr != nil {
-		if e := c.state(o); e != nil { // aborted or closed meanwhile
-			return e
-		}
-		return c.poison(c.opErr(o, ferr))
-	}
-	return nil
 }
 
 // wait waits for the stream (on the device thread) in slices of 100 ms, so
 // that Abort and Close take effect promptly, until the deadline.
 func (c *comm) wait(deadline time.Time) error {
 	for {
-		if c.stop.Load() {
+		if c.Stop.Load() {
 			_ = acl.StreamAbort(uintptr(c.stream))
 			return hccl.Errorf(hccl.ErrPoisoned, "aborted while waiting for the stream")
 		}
@@ -291,21 +244,17 @@ func (c *comm) asyncError() error {
 // Abort poisons the communicator and ends a wait in flight within about
 // 100 ms. HCCL has no way to tell the peers: they fail at their timeout.
 func (c *comm) Abort(reason error) {
-	if reason == nil {
-		reason = errors.New("aborted")
-	}
-	c.hs.Abort(&hccl.OpError{Comm: c.opts.Name, Rank: c.rank, Size: c.size, Op: "Abort", Err: reason})
-	c.stop.Store(true)
+	c.AbortWith(reason)
 }
 
 // Close destroys the HCCL communicator and its stream.
 func (c *comm) Close() error {
-	if already, _ := c.hs.MarkClosed(); already {
+	if already, _ := c.Health.MarkClosed(); already {
 		return nil
 	}
-	c.stop.Store(true)
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.Stop.Store(true)
+	c.Mu.Lock()
+	defer c.Mu.Unlock()
 	var herr error
 	err := c.dev.do("HcclCommDestroy", 30*time.Second, func() {
 		if rc := C.npu_HcclCommDestroy(c.h); rc != 0 {
@@ -394,8 +343,8 @@ func (c *comm) AllGather(out, in *npu.Tensor) error {
 			if a, err = c.resolve(in, out); err != nil {
 				return err
 			}
-			if out.Numel() != c.size*in.Numel() {
-				return hccl.Errorf(hccl.ErrInvalid, "out must hold Size()=%d blocks of in's elements", c.size)
+			if out.Numel() != c.Size()*in.Numel() {
+				return hccl.Errorf(hccl.ErrInvalid, "out must hold Size()=%d blocks of in's elements", c.Size())
 			}
 			return nil
 		},
@@ -417,8 +366,8 @@ func (c *comm) ReduceScatter(out, in *npu.Tensor, op hccl.ReduceOp) error {
 			if a, err = c.resolve(in, out); err != nil {
 				return err
 			}
-			if in.Numel() != c.size*out.Numel() {
-				return hccl.Errorf(hccl.ErrInvalid, "in must hold Size()=%d blocks of out's elements", c.size)
+			if in.Numel() != c.Size()*out.Numel() {
+				return hccl.Errorf(hccl.ErrInvalid, "in must hold Size()=%d blocks of out's elements", c.Size())
 			}
 			if !hccl.Supported(in.DType(), op) {
 				return hccl.Errorf(hccl.ErrInvalid, "%v is not defined on %v", op, in.DType())
@@ -443,13 +392,13 @@ func (c *comm) AllToAll(out, in *npu.Tensor) error {
 			if a, err = c.resolve(in, out); err != nil {
 				return err
 			}
-			if out.Numel() != in.Numel() || in.Numel()%c.size != 0 {
-				return hccl.Errorf(hccl.ErrInvalid, "in and out must have the same element count, a multiple of Size()=%d", c.size)
+			if out.Numel() != in.Numel() || in.Numel()%c.Size() != 0 {
+				return hccl.Errorf(hccl.ErrInvalid, "in and out must have the same element count, a multiple of Size()=%d", c.Size())
 			}
 			return nil
 		},
 		enqueue: func() (C.int, string) {
-			n := C.uint64_t(in.Numel() / c.size)
+			n := C.uint64_t(in.Numel() / c.Size())
 			if n == 0 {
 				return 0, ""
 			}
@@ -470,11 +419,11 @@ func (c *comm) AllToAllV(out *npu.Tensor, outCounts []int, in *npu.Tensor, inCou
 			if a, err = c.resolve(in, out); err != nil {
 				return err
 			}
-			if len(outCounts) != c.size || len(inCounts) != c.size {
-				return hccl.Errorf(hccl.ErrInvalid, "need Size()=%d counts each", c.size)
+			if len(outCounts) != c.Size() || len(inCounts) != c.Size() {
+				return hccl.Errorf(hccl.ErrInvalid, "need Size()=%d counts each", c.Size())
 			}
 			sumIn, sumOut := 0, 0
-			for k := range c.size {
+			for k := range c.Size() {
 				if inCounts[k] < 0 || outCounts[k] < 0 {
 					return hccl.Errorf(hccl.ErrInvalid, "negative count")
 				}
@@ -484,19 +433,19 @@ func (c *comm) AllToAllV(out *npu.Tensor, outCounts []int, in *npu.Tensor, inCou
 			if sumIn > in.Numel() || sumOut > out.Numel() {
 				return hccl.Errorf(hccl.ErrInvalid, "counts need %d input and %d output elements", sumIn, sumOut)
 			}
-			counts = (*C.uint64_t)(C.malloc(C.size_t(4 * c.size * 8)))
-			v := unsafe.Slice(counts, 4*c.size)
+			counts = (*C.uint64_t)(C.malloc(C.size_t(4 * c.Size() * 8)))
+			v := unsafe.Slice(counts, 4*c.Size())
 			sumIn, sumOut = 0, 0
-			for k := range c.size {
-				v[k], v[c.size+k] = C.uint64_t(inCounts[k]), C.uint64_t(sumIn)
-				v[2*c.size+k], v[3*c.size+k] = C.uint64_t(outCounts[k]), C.uint64_t(sumOut)
+			for k := range c.Size() {
+				v[k], v[c.Size()+k] = C.uint64_t(inCounts[k]), C.uint64_t(sumIn)
+				v[2*c.Size()+k], v[3*c.Size()+k] = C.uint64_t(outCounts[k]), C.uint64_t(sumOut)
 				sumIn += inCounts[k]
 				sumOut += outCounts[k]
 			}
 			return nil
 		},
 		enqueue: func() (C.int, string) {
-			return C.npu_HcclAlltoAllV(a.ptrs[0], a.ptrs[1], counts, C.uint32_t(c.size), a.dt, c.h, c.stream), "HcclAlltoAllV"
+			return C.npu_HcclAlltoAllV(a.ptrs[0], a.ptrs[1], counts, C.uint32_t(c.Size()), a.dt, c.h, c.stream), "HcclAlltoAllV"
 		},
 		cleanup: func() { C.free(unsafe.Pointer(counts)) },
 	})
@@ -508,8 +457,8 @@ func (c *comm) Broadcast(t *npu.Tensor, root int) error {
 		name:     "Broadcast",
 		describe: func() string { return fmt.Sprintf("%v from root %d", t, root) },
 		check: func() (err error) {
-			if root < 0 || root >= c.size {
-				return hccl.Errorf(hccl.ErrInvalid, "root %d out of range", root)
+			if err := c.CheckRoot(root); err != nil {
+				return err
 			}
 			a, err = c.resolve(t)
 			return err
@@ -540,8 +489,8 @@ func (c *comm) p2p(name string, t *npu.Tensor, peer int, send bool) error {
 		p2p:      true,
 		describe: func() string { return fmt.Sprintf("%v, peer rank %d", t, peer) },
 		check: func() (err error) {
-			if peer < 0 || peer >= c.size || peer == c.rank {
-				return hccl.Errorf(hccl.ErrInvalid, "peer %d is not another rank of this communicator (size %d, this rank %d)", peer, c.size, c.rank)
+			if err := c.CheckPeer(peer); err != nil {
+				return err
 			}
 			a, err = c.resolve(t)
 			return err

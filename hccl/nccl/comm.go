@@ -1,10 +1,7 @@
 package nccl
 
 import (
-	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/npuserve/npuserve/hccl"
@@ -39,20 +36,14 @@ type deviceBuffer interface {
 
 // comm is one rank's NCCL communicator.
 type comm struct {
-	rank, size int
-	opts       hccl.Options
-	dev        Device
-	be         npu.Backend // for the barrier's scratch tensor
-	thr        *thread
-	h          uintptr // ncclComm_t
+	hccl.DeviceComm // Mu also guards released and barrier
+	dev             Device
+	be              npu.Backend // for the barrier's scratch tensor
+	thr             *thread
+	h               uintptr // ncclComm_t
 
-	mu       sync.Mutex // one operation at a time; guards released, seq, barrier
-	seq      uint64
 	released bool        // the ncclComm_t was aborted or destroyed
 	barrier  *npu.Tensor // I32[1], allocated by the first Barrier
-
-	stop atomic.Bool // Abort or Close: end the wait of an operation in flight
-	hs   hccl.Health // closed or poisoned
 }
 
 var _ hccl.Comm = (*comm)(nil)
@@ -74,7 +65,8 @@ func initComm(ri hccl.RootInfo, rank, size int, opts hccl.Options) (hccl.Comm, e
 	if err != nil {
 		return nil, fail(err)
 	}
-	c := &comm{rank: rank, size: size, opts: opts, dev: dev, be: opts.Backend, thr: thr}
+	c := &comm{dev: dev, be: opts.Backend, thr: thr}
+	c.Init(rank, size, opts)
 	nonblocking := libHasConfig()
 	limit := callLimit
 	if !nonblocking { // ncclCommInitRank waits for every rank
@@ -122,25 +114,6 @@ func bindError(err error) int {
 	return ncclSuccess
 }
 
-func (c *comm) Rank() int { return c.rank }
-func (c *comm) Size() int { return c.size }
-
-func (c *comm) opErr(o *hccl.Op, err error, peers ...int) *hccl.OpError {
-	return o.Error(c.opts.Name, c.rank, c.size, c.opts.Timeout, err, peers...)
-}
-
-func (c *comm) state(o *hccl.Op) error {
-	if err := c.hs.Failure(); err != nil {
-		return c.opErr(o, err)
-	}
-	return nil
-}
-
-func (c *comm) poison(err *hccl.OpError) error {
-	c.hs.Poison(err)
-	return err
-}
-
 // call is one NCCL operation: validate, enqueue on the backend's stream
 // (on the GPU's thread), wait for the stream with the timeout.
 type call struct {
@@ -152,46 +125,27 @@ type call struct {
 }
 
 func (c *comm) run(k call) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	o := &hccl.Op{Name: k.name, Describe: k.describe, Start: time.Now()}
-	if !k.p2p {
-		c.seq++
-		o.Seq = c.seq
-	}
-	if err := c.state(o); err != nil {
-		return err
-	}
-	if k.check != nil {
-		if err := k.check(); err != nil {
-			c.abortNCCL() // tell the peers rather than leave them waiting
-			return c.poison(c.opErr(o, err))
+	dc := hccl.DeviceCall{Name: k.name, P2P: k.p2p, Describe: k.describe, Check: k.check}
+	// An invalid call aborts the NCCL communicator: tell the peers
+	// rather than leave them waiting.
+	return c.Run(dc, c.abortNCCL, func(deadline time.Time) (stuck, failed error) {
+		rc, what := 0, ""
+		if err := c.thr.do(k.name, callLimit, func() { rc, what = k.enqueue() }); err != nil {
+			return err, nil // the thread is stuck in NCCL
 		}
-	}
-	deadline := o.Start.Add(c.opts.Timeout)
-	rc, what := 0, ""
-	if err := c.thr.do(k.name, callLimit, func() { rc, what = k.enqueue() }); err != nil {
-		return c.poison(c.opErr(o, err)) // the thread is stuck in NCCL
-	}
-	var ferr error
-	switch rc {
-	case skipped:
-	case ncclSuccess, ncclInProgress:
-		ferr = c.wait(what, deadline, rc == ncclInProgress)
-	default:
-		ferr = resultError(what, rc, c.h)
-		c.abortNCCL()
-	}
-	if c.stop.Load() {
-		c.abortNCCL() // Abort or Close came while this operation ran
-	}
-	if ferr != nil {
-		if e := c.state(o); e != nil { // aborted or closed meanwhile
-			return e
+		switch rc {
+		case skipped:
+		case ncclSuccess, ncclInProgress:
+			failed = c.wait(what, deadline, rc == ncclInProgress)
+		default:
+			failed = resultError(what, rc, c.h)
+			c.abortNCCL()
 		}
-		return c.poison(c.opErr(o, ferr))
-	}
-	return nil
+		if c.Stop.Load() {
+			c.abortNCCL() // Abort or Close came while this operation ran
+		}
+		return nil, failed
+	})
 }
 
 // wait waits until the stream has run the operation (and the work
@@ -211,7 +165,7 @@ func (c *comm) wait(what string, deadline time.Time, pending bool) error {
 	timer := time.NewTimer(pollSlice) // Reset below discards a stale expiry (Go 1.23 timers)
 	defer timer.Stop()
 	for {
-		if c.stop.Load() {
+		if c.Stop.Load() {
 			return c.abandon(hccl.Errorf(hccl.ErrPoisoned, "%s: aborted while waiting for the stream", what))
 		}
 		switch e := libAsyncError(c.h); {
@@ -253,7 +207,7 @@ func (c *comm) abandon(err error) error {
 	return err
 }
 
-// abortNCCL aborts and frees the ncclComm_t once; call it holding c.mu.
+// abortNCCL aborts and frees the ncclComm_t once; call it holding c.Mu.
 func (c *comm) abortNCCL() {
 	if c.released || c.h == 0 {
 		return
@@ -267,14 +221,10 @@ func (c *comm) abortNCCL() {
 // which closes its connections so that the peers' operations fail
 // instead of waiting for their peer (NCCL cannot pass the reason on).
 func (c *comm) Abort(reason error) {
-	if reason == nil {
-		reason = errors.New("aborted")
-	}
-	c.hs.Abort(&hccl.OpError{Comm: c.opts.Name, Rank: c.rank, Size: c.size, Op: "Abort", Err: reason})
-	c.stop.Store(true)
-	if c.mu.TryLock() {
+	c.AbortWith(reason)
+	if c.Mu.TryLock() {
 		c.abortNCCL()
-		c.mu.Unlock()
+		c.Mu.Unlock()
 	}
 }
 
@@ -284,13 +234,13 @@ func (c *comm) Abort(reason error) {
 // tensor stays allocated on the backend (Close may run on any goroutine,
 // the backend is driven by one).
 func (c *comm) Close() error {
-	already, failed := c.hs.MarkClosed()
+	already, failed := c.Health.MarkClosed()
 	if already {
 		return nil
 	}
-	c.stop.Store(true)
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.Stop.Store(true)
+	c.Mu.Lock()
+	defer c.Mu.Unlock()
 	if c.released || c.h == 0 {
 		return nil
 	}

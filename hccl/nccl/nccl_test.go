@@ -205,7 +205,9 @@ func dev(dt npu.DType, n int, at uintptr) *npu.Tensor {
 }
 
 func fakeComm(rank, size int) *comm {
-	return &comm{rank: rank, size: size, opts: hccl.Options{Name: "test"}.WithDefaults(), dev: fakeDevice{}}
+	c := &comm{dev: fakeDevice{}}
+	c.Init(rank, size, hccl.Options{Name: "test"}.WithDefaults())
+	return c
 }
 
 func TestArgumentValidation(t *testing.T) {

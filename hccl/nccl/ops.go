@@ -88,11 +88,11 @@ func (c *comm) AllGather(out, in *npu.Tensor) error {
 			if pin, pout, err = c.pair(in, out); err != nil {
 				return err
 			}
-			if out.Numel() != c.size*in.Numel() {
-				return hccl.Errorf(hccl.ErrInvalid, "out must hold Size()=%d blocks of in's %d elements, has %d", c.size, in.Numel(), out.Numel())
+			if out.Numel() != c.Size()*in.Numel() {
+				return hccl.Errorf(hccl.ErrInvalid, "out must hold Size()=%d blocks of in's %d elements, has %d", c.Size(), in.Numel(), out.Numel())
 			}
-			if overlap(pin, in.Bytes(), pout, out.Bytes()) && pin != pout+uintptr(c.rank*in.Bytes()) {
-				return hccl.Errorf(hccl.ErrInvalid, "in overlaps out without being its block %d (in place)", c.rank)
+			if overlap(pin, in.Bytes(), pout, out.Bytes()) && pin != pout+uintptr(c.Rank()*in.Bytes()) {
+				return hccl.Errorf(hccl.ErrInvalid, "in overlaps out without being its block %d (in place)", c.Rank())
 			}
 			return nil
 		},
@@ -115,11 +115,11 @@ func (c *comm) ReduceScatter(out, in *npu.Tensor, op hccl.ReduceOp) error {
 			if pin, pout, err = c.pair(in, out); err != nil {
 				return err
 			}
-			if in.Numel() != c.size*out.Numel() {
-				return hccl.Errorf(hccl.ErrInvalid, "in must hold Size()=%d blocks of out's %d elements, has %d", c.size, out.Numel(), in.Numel())
+			if in.Numel() != c.Size()*out.Numel() {
+				return hccl.Errorf(hccl.ErrInvalid, "in must hold Size()=%d blocks of out's %d elements, has %d", c.Size(), out.Numel(), in.Numel())
 			}
-			if overlap(pin, in.Bytes(), pout, out.Bytes()) && pout != pin+uintptr(c.rank*out.Bytes()) {
-				return hccl.Errorf(hccl.ErrInvalid, "out overlaps in without being its block %d (in place)", c.rank)
+			if overlap(pin, in.Bytes(), pout, out.Bytes()) && pout != pin+uintptr(c.Rank()*out.Bytes()) {
+				return hccl.Errorf(hccl.ErrInvalid, "out overlaps in without being its block %d (in place)", c.Rank())
 			}
 			dt, nop, err = reduceType(in.DType(), op)
 			return err
@@ -142,8 +142,8 @@ func (c *comm) AllToAll(out, in *npu.Tensor) error {
 			if pin, pout, err = c.pair(in, out); err != nil {
 				return err
 			}
-			if out.Numel() != in.Numel() || in.Numel()%c.size != 0 {
-				return hccl.Errorf(hccl.ErrInvalid, "in (%d elements) and out (%d) must have the same element count, a multiple of Size()=%d", in.Numel(), out.Numel(), c.size)
+			if out.Numel() != in.Numel() || in.Numel()%c.Size() != 0 {
+				return hccl.Errorf(hccl.ErrInvalid, "in (%d elements) and out (%d) must have the same element count, a multiple of Size()=%d", in.Numel(), out.Numel(), c.Size())
 			}
 			if overlap(pin, in.Bytes(), pout, out.Bytes()) {
 				return hccl.Errorf(hccl.ErrInvalid, "in and out overlap")
@@ -151,14 +151,14 @@ func (c *comm) AllToAll(out, in *npu.Tensor) error {
 			return nil
 		},
 		enqueue: func() (int, string) {
-			bs := in.Bytes() / c.size
+			bs := in.Bytes() / c.Size()
 			if bs == 0 {
 				return skipped, ""
 			}
-			counts := make([]int, 4*c.size)
-			for k := range c.size {
-				counts[k], counts[c.size+k] = bs, k*bs
-				counts[2*c.size+k], counts[3*c.size+k] = bs, k*bs
+			counts := make([]int, 4*c.Size())
+			for k := range c.Size() {
+				counts[k], counts[c.Size()+k] = bs, k*bs
+				counts[2*c.Size()+k], counts[3*c.Size()+k] = bs, k*bs
 			}
 			return libAllToAllV(pin, pout, counts, c.h, c.stream()), "ncclSend/ncclRecv group"
 		},
@@ -177,7 +177,7 @@ func (c *comm) AllToAllV(out *npu.Tensor, outCounts []int, in *npu.Tensor, inCou
 			if pin, pout, err = c.pair(in, out); err != nil {
 				return err
 			}
-			counts, err = allToAllVCounts(c.size, in.DType().Size(), inCounts, outCounts, in.Numel(), out.Numel())
+			counts, err = allToAllVCounts(c.Size(), in.DType().Size(), inCounts, outCounts, in.Numel(), out.Numel())
 			if err != nil {
 				return err
 			}
@@ -188,8 +188,8 @@ func (c *comm) AllToAllV(out *npu.Tensor, outCounts []int, in *npu.Tensor, inCou
 		},
 		enqueue: func() (int, string) {
 			total := 0
-			for k := range c.size {
-				total += counts[k] + counts[2*c.size+k]
+			for k := range c.Size() {
+				total += counts[k] + counts[2*c.Size()+k]
 			}
 			if total == 0 {
 				return skipped, ""
@@ -229,8 +229,8 @@ func (c *comm) Broadcast(t *npu.Tensor, root int) error {
 		name:     "Broadcast",
 		describe: func() string { return fmt.Sprintf("%v from root %d", t, root) },
 		check: func() (err error) {
-			if root < 0 || root >= c.size {
-				return hccl.Errorf(hccl.ErrInvalid, "root %d is not a rank of this communicator (size %d)", root, c.size)
+			if err := c.CheckRoot(root); err != nil {
+				return err
 			}
 			p, err = c.addr(t)
 			return err
@@ -278,8 +278,8 @@ func (c *comm) p2p(name string, t *npu.Tensor, peer int, send bool) error {
 		p2p:      true,
 		describe: func() string { return fmt.Sprintf("%v, peer rank %d", t, peer) },
 		check: func() (err error) {
-			if peer < 0 || peer >= c.size || peer == c.rank {
-				return hccl.Errorf(hccl.ErrInvalid, "peer %d is not another rank of this communicator (size %d, this rank %d)", peer, c.size, c.rank)
+			if err := c.CheckPeer(peer); err != nil {
+				return err
 			}
 			p, err = c.addr(t)
 			return err
