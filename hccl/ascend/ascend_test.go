@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -111,41 +110,16 @@ func hcclWorld(t *testing.T, size int, opts hccl.Options) []hccltest.Rank {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back, err := hccl.ParseRootInfo(ri.String()); err != nil || back != ri {
-		t.Fatalf("root info does not survive its string form: %v", err)
-	}
-	ranks := make([]hccltest.Rank, size)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for r := range size {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			o := opts
-			o.Device = r
-			c, err := hccl.Init(ri, r, size, o)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			m, err := ascend.NewDeviceMemory(r)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			ranks[r] = hccltest.Rank{Comm: c, Mem: m}
-		}()
-	}
-	wg.Wait()
-	for r, rk := range ranks {
-		if rk.Comm != nil {
-			t.Cleanup(func() { rk.Comm.Close() })
+	return hccltest.World(t, ri, size, func(r int) (hccltest.Rank, error) {
+		o := opts
+		o.Device = r
+		c, err := hccl.Init(ri, r, size, o)
+		if err != nil {
+			return hccltest.Rank{}, err
 		}
-		if errs[r] != nil {
-			t.Fatalf("rank %d: %v", r, errs[r])
-		}
-	}
-	return ranks
+		m, err := ascend.NewDeviceMemory(r)
+		return hccltest.Rank{Comm: c, Mem: m}, err
+	})
 }
 
 func TestConformance(t *testing.T) {

@@ -300,3 +300,34 @@ func RunFailures(t *testing.T, f Factory, caps Caps) {
 		wg.Wait()
 	})
 }
+
+// World builds a world of size ranks from one root info in this process:
+// it checks that ri survives its string form, starts every rank at once
+// (start(r) returns rank r, a failure failing the test after all have
+// returned) and closes the communicators when the test ends.
+func World(t *testing.T, ri hccl.RootInfo, size int, start func(r int) (Rank, error)) []Rank {
+	t.Helper()
+	if back, err := hccl.ParseRootInfo(ri.String()); err != nil || back != ri {
+		t.Fatalf("root info does not survive its string form: %v", err)
+	}
+	ranks := make([]Rank, size)
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for r := range size {
+		wg.Go(func() { ranks[r], errs[r] = start(r) })
+	}
+	wg.Wait()
+	for r, rk := range ranks {
+		if rk.Comm != nil {
+			t.Cleanup(func() {
+				if err := rk.Comm.Close(); err != nil {
+					t.Errorf("rank %d: Close: %v", r, err)
+				}
+			})
+		}
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+	}
+	return ranks
+}

@@ -68,36 +68,12 @@ func world(t *testing.T, size int, opts hccl.Options) []hccltest.Rank {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back, err := hccl.ParseRootInfo(ri.String()); err != nil || back != ri {
-		t.Fatalf("root info does not survive its string form: %v", err)
-	}
-	ranks := make([]hccltest.Rank, size)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for r := range size {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			o := opts
-			o.Backend = bes[r]
-			c, err := hccl.Init(ri, r, size, o)
-			ranks[r], errs[r] = hccltest.Rank{Comm: c, Mem: bes[r]}, err
-		}()
-	}
-	wg.Wait()
-	for r, rk := range ranks {
-		if rk.Comm != nil {
-			t.Cleanup(func() {
-				if err := rk.Comm.Close(); err != nil {
-					t.Errorf("rank %d: Close: %v", r, err)
-				}
-			})
-		}
-		if errs[r] != nil {
-			t.Fatalf("rank %d: Init: %v", r, errs[r])
-		}
-	}
-	return ranks
+	return hccltest.World(t, ri, size, func(r int) (hccltest.Rank, error) {
+		o := opts
+		o.Backend = bes[r]
+		c, err := hccl.Init(ri, r, size, o)
+		return hccltest.Rank{Comm: c, Mem: bes[r]}, err
+	})
 }
 
 // ncclCaps: reductions in NCCL's order (compared with a tolerance; AllReduce
