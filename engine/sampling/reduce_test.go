@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/npuserve/npuserve/npu"
 )
 
 // hostReduce is a plain host reference of the device reduction for one
@@ -16,26 +18,7 @@ import (
 // lower id, NaN last), the first k entries, the touched ids' raw values
 // and the row's NaN and +Inf counts.
 func hostReduce(row []float32, k int, touched []int32) Reduced {
-	idx := make([]int32, len(row))
-	for i := range idx {
-		idx[i] = int32(i)
-	}
-	slices.SortStableFunc(idx, func(a, b int32) int {
-		va, vb := row[a], row[b]
-		switch an, bn := va != va, vb != vb; {
-		case an && bn:
-			return 0
-		case an:
-			return 1
-		case bn:
-			return -1
-		case va > vb:
-			return -1
-		case va < vb:
-			return 1
-		}
-		return 0
-	})
+	idx := npu.TopKOrder(row)
 	r := Reduced{Vocab: len(row), Touched: touched}
 	for _, i := range idx[:k] {
 		r.IDs, r.Vals = append(r.IDs, i), append(r.Vals, row[i])

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -251,22 +250,7 @@ func mergeShards(host []hostShard, R, k, V, tp int, touched [][]int32) []model.R
 				cs = append(cs, cand{h.vals[r*h.kt+j], h.ids[r*h.kt+j] + int32(h.lo)})
 			}
 		}
-		slices.SortFunc(cs, func(a, b cand) int {
-			an, bn := math.IsNaN(float64(a.v)), math.IsNaN(float64(b.v))
-			switch {
-			case an != bn:
-				if an {
-					return 1
-				}
-				return -1
-			case !an && a.v != b.v:
-				if a.v > b.v {
-					return -1
-				}
-				return 1
-			}
-			return cmp.Compare(a.id, b.id)
-		})
+		slices.SortFunc(cs, func(a, b cand) int { return npu.CompareTopK(a.v, a.id, b.v, b.id) })
 		n := min(k, len(cs))
 		red.IDs, red.Vals = make([]int32, n), make([]float32, n)
 		for j := range n {

@@ -8,40 +8,15 @@ import (
 	"testing"
 
 	"github.com/npuserve/npuserve/engine/sampling"
+	"github.com/npuserve/npuserve/npu"
 )
-
-// topKOrder sorts ids of row in npu.TopK's order: value descending, ties
-// to the lower id, NaN last.
-func topKOrder(row []float32, ids []int32) {
-	slices.SortStableFunc(ids, func(a, b int32) int {
-		va, vb := row[a], row[b]
-		switch an, bn := va != va, vb != vb; {
-		case an && bn:
-			return 0
-		case an:
-			return 1
-		case bn:
-			return -1
-		case va > vb:
-			return -1
-		case va < vb:
-			return 1
-		}
-		return 0
-	})
-}
 
 // hostShardOf is one rank's reduction of row's columns [lo, hi), as
 // reduceShard computes it on the device (ids local to the shard).
 func hostShardOf(row []float32, lo, hi, k int, touched []int32) hostShard {
 	h := hostShard{lo: lo, stats: make([]int32, 2), kt: min(k, hi-lo)}
-	ids := make([]int32, hi-lo)
-	for i := range ids {
-		ids[i] = int32(lo + i)
-	}
-	topKOrder(row, ids)
-	for _, id := range ids[:h.kt] {
-		h.ids, h.vals = append(h.ids, id-int32(lo)), append(h.vals, row[id])
+	for _, id := range npu.TopKOrder(row[lo:hi])[:h.kt] {
+		h.ids, h.vals = append(h.ids, id), append(h.vals, row[lo+int(id)])
 	}
 	for _, v := range row[lo:hi] {
 		if v != v {
@@ -100,12 +75,7 @@ func TestMergeShardsIsTheWholeRowsReduction(t *testing.T) {
 		}
 		got := mergeShards(host, 1, k, V, tp, [][]int32{touched})[0]
 
-		ids := make([]int32, V)
-		for i := range ids {
-			ids[i] = int32(i)
-		}
-		topKOrder(row, ids)
-		wantIDs := ids[:min(k, V)] // the merge holds at most the row
+		wantIDs := npu.TopKOrder(row)[:min(k, V)] // the merge holds at most the row
 		wantVals := make([]float32, len(wantIDs))
 		for j, id := range wantIDs {
 			wantVals[j] = row[id]

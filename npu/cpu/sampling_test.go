@@ -13,27 +13,7 @@ import (
 // refSampleReduce is the plain reference of SampleReduce for one row: a
 // full stable sort by the TopK order and two counting loops.
 func refSampleReduce(row []float32, k int) (vals []float32, ids []int32, nan, inf int32) {
-	idx := make([]int32, len(row))
-	for i := range idx {
-		idx[i] = int32(i)
-	}
-	slices.SortStableFunc(idx, func(a, b int32) int {
-		va, vb := row[a], row[b]
-		an, bn := math.IsNaN(float64(va)), math.IsNaN(float64(vb))
-		switch {
-		case an && bn:
-			return 0
-		case an:
-			return 1
-		case bn:
-			return -1
-		case va > vb:
-			return -1
-		case va < vb:
-			return 1
-		}
-		return 0 // equal (-0 == +0): the stable sort keeps the lower id first
-	})
+	idx := npu.TopKOrder(row)
 	for _, i := range idx[:k] {
 		vals, ids = append(vals, row[i]), append(ids, i)
 	}
