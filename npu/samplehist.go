@@ -1,10 +1,6 @@
 package npu
 
-import (
-	"cmp"
-	"math"
-	"slices"
-)
+import "math"
 
 // Sampling histograms: the device half of random sampling and logprobs
 // without the vocabulary row (engine/sampling's rounds). A logit v of a
@@ -92,34 +88,4 @@ type SampleHistogrammer interface {
 	// with b in [0, bins[j])). A bin outside [0, SampleHistBins) has no
 	// members and counts nothing. Exact: values are compared and copied.
 	SampleBinMembers(vals, ids, counts, logits, rows, params, bins *Tensor)
-}
-
-// CompareTopK orders two entries (value, id) as TopK and SampleReducer rank
-// them: the larger value first, NaN after every number, equal values
-// (-0 and +0 alike, NaN and NaN) by the lower id.
-func CompareTopK(va float32, ia int32, vb float32, ib int32) int {
-	switch an, bn := va != va, vb != vb; {
-	case an != bn:
-		if an {
-			return 1
-		}
-		return -1
-	case !an && va != vb:
-		if va > vb {
-			return -1
-		}
-		return 1
-	}
-	return cmp.Compare(ia, ib)
-}
-
-// TopKOrder returns the ids of row in CompareTopK's order: the reference
-// for TopK's and SampleReduce's candidates.
-func TopKOrder(row []float32) []int32 {
-	ids := make([]int32, len(row))
-	for i := range ids {
-		ids[i] = int32(i)
-	}
-	slices.SortFunc(ids, func(a, b int32) int { return CompareTopK(row[a], a, row[b], b) })
-	return ids
 }
