@@ -422,54 +422,6 @@ int aclnnSoftmaxGetWorkspaceSize(const aclTensor *self, int64_t dim, aclTensor *
 }
 PHASE2(aclnnSoftmax)
 
-// ---- aclnnMatmul: out[M,N] = self[M,K] @ mat2[K,N] (2-D in the stand-in) ----
-typedef struct {
-	aclTensor out, x, w;
-} mm_args;
-static void run_mm(void *p, void *ws) {
-	mm_args *a = p;
-	float *acc = ws; // fp32 accumulators, M*N, in the workspace
-	int64_t M = a->x.dims[0], K = a->x.dims[1], N = a->w.dims[1];
-	for (int64_t i = 0; i < M; i++) {
-		for (int64_t j = 0; j < N; j++) {
-			float s = 0;
-			for (int64_t k = 0; k < K; k++) {
-				s += (float)get(&a->x, i * K + k) * (float)get(&a->w, k * N + j);
-			}
-			acc[i * N + j] = s;
-		}
-	}
-	for (int64_t i = 0; i < M * N; i++) {
-		set(&a->out, i, acc[i]);
-	}
-}
-int aclnnMatmulGetWorkspaceSize(const aclTensor *self, const aclTensor *mat2, aclTensor *out, int8_t cubeMathType, uint64_t *ws, aclOpExecutor **ex) {
-	const char *op = "aclnnMatmul";
-	TRY(need_ctx(op));
-	TRY(outs(op, ws, ex));
-	TRY(chk(op, "self", self, FLOATS));
-	TRY(chk(op, "mat2", mat2, FLOATS));
-	TRY(chk(op, "out", out, FLOATS));
-	if (cubeMathType < 0 || cubeMathType > 4) {
-		return standin_violation(ACLNN_ERR_PARAM_INVALID, "cube-math-type", "%s: cubeMathType %d", op, cubeMathType);
-	}
-	if (self->dtype != mat2->dtype || out->dtype != self->dtype) {
-		return standin_violation(ACLNN_ERR_PARAM_INVALID, "matmul-same-dtype", "%s: self dtype %d, mat2 %d, out %d: the stand-in wants one dtype", op,
-					 self->dtype, mat2->dtype, out->dtype);
-	}
-	if (self->ndim != 2 || mat2->ndim != 2 || out->ndim != 2) {
-		return standin_violation(ACLNN_ERR_PARAM_INVALID, "stand-in-matmul-2d", "%s: the stand-in implements 2-D operands only", op);
-	}
-	if (self->dims[1] != mat2->dims[0] || out->dims[0] != self->dims[0] || out->dims[1] != mat2->dims[1]) {
-		return standin_violation(ACLNN_ERR_PARAM_INVALID, "matmul-shapes", "%s: [%lld,%lld] @ [%lld,%lld] into [%lld,%lld]", op, (long long)self->dims[0],
-					 (long long)self->dims[1], (long long)mat2->dims[0], (long long)mat2->dims[1], (long long)out->dims[0],
-					 (long long)out->dims[1]);
-	}
-	mm_args a = {*out, *self, *mat2};
-	return new_exec(op, (uint64_t)(out->dims[0] * out->dims[1]) * 4, run_mm, &a, sizeof a, ws, ex);
-}
-PHASE2(aclnnMatmul)
-
 // ---- aclnnRmsNorm: y = x * rstd * gamma over gamma's (trailing) dims ----
 typedef struct {
 	aclTensor x, g, y, rstd;
@@ -1079,14 +1031,16 @@ int aclnnReduceSumGetWorkspaceSize(const aclTensor *self, const aclIntArray *dim
 }
 PHASE2(aclnnReduceSum)
 
-// ---- aclnnBatchMatMul: out[b] = self[b] @ mat2[b] (3-D in the stand-in) ----
+// ---- aclnnMatmul: out[M,N] = self[M,K] @ mat2[K,N] (2-D in the stand-in);
+// aclnnBatchMatMul: out[b] = self[b] @ mat2[b] (3-D in the stand-in) ----
 typedef struct {
 	aclTensor out, x, w;
-} bmm_args;
-static void run_bmm(void *p, void *ws) {
-	bmm_args *a = p;
-	float *acc = ws;
-	int64_t B = a->x.dims[0], M = a->x.dims[1], K = a->x.dims[2], N = a->w.dims[2];
+} mm_args;
+static void run_mm(void *p, void *ws) {
+	mm_args *a = p;
+	float *acc = ws; // fp32 accumulators, B*M*N, in the workspace
+	int nd = a->x.ndim;
+	int64_t B = nd == 3 ? a->x.dims[0] : 1, M = a->x.dims[nd - 2], K = a->x.dims[nd - 1], N = a->w.dims[nd - 1];
 	for (int64_t b = 0; b < B; b++) {
 		for (int64_t i = 0; i < M; i++) {
 			for (int64_t j = 0; j < N; j++) {
@@ -1102,8 +1056,11 @@ static void run_bmm(void *p, void *ws) {
 		set(&a->out, i, acc[i]);
 	}
 }
-int aclnnBatchMatMulGetWorkspaceSize(const aclTensor *self, const aclTensor *mat2, aclTensor *out, int8_t cubeMathType, uint64_t *ws, aclOpExecutor **ex) {
-	const char *op = "aclnnBatchMatMul";
+// mm_checks is what both ops check before their shapes: operands of one
+// float dtype, a valid cubeMathType, ndim dimensions each (rule names the
+// stand-in's limit).
+static int mm_checks(const char *op, const aclTensor *self, const aclTensor *mat2, const aclTensor *out, int8_t cubeMathType, uint64_t *ws,
+		     aclOpExecutor **ex, int ndim, const char *rule) {
 	TRY(need_ctx(op));
 	TRY(outs(op, ws, ex));
 	TRY(chk(op, "self", self, FLOATS));
@@ -1113,17 +1070,35 @@ int aclnnBatchMatMulGetWorkspaceSize(const aclTensor *self, const aclTensor *mat
 		return standin_violation(ACLNN_ERR_PARAM_INVALID, "cube-math-type", "%s: cubeMathType %d", op, cubeMathType);
 	}
 	if (self->dtype != mat2->dtype || out->dtype != self->dtype) {
-		return standin_violation(ACLNN_ERR_PARAM_INVALID, "matmul-same-dtype", "%s: the stand-in wants one dtype", op);
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "matmul-same-dtype", "%s: self dtype %d, mat2 %d, out %d: the stand-in wants one dtype", op,
+					 self->dtype, mat2->dtype, out->dtype);
 	}
-	if (self->ndim != 3 || mat2->ndim != 3 || out->ndim != 3) {
-		return standin_violation(ACLNN_ERR_PARAM_INVALID, "stand-in-bmm-3d", "%s: the stand-in implements 3-D operands only", op);
+	if (self->ndim != ndim || mat2->ndim != ndim || out->ndim != ndim) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, rule, "%s: the stand-in implements %d-D operands only", op, ndim);
 	}
+	return 0;
+}
+int aclnnMatmulGetWorkspaceSize(const aclTensor *self, const aclTensor *mat2, aclTensor *out, int8_t cubeMathType, uint64_t *ws, aclOpExecutor **ex) {
+	const char *op = "aclnnMatmul";
+	TRY(mm_checks(op, self, mat2, out, cubeMathType, ws, ex, 2, "stand-in-matmul-2d"));
+	if (self->dims[1] != mat2->dims[0] || out->dims[0] != self->dims[0] || out->dims[1] != mat2->dims[1]) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "matmul-shapes", "%s: [%lld,%lld] @ [%lld,%lld] into [%lld,%lld]", op, (long long)self->dims[0],
+					 (long long)self->dims[1], (long long)mat2->dims[0], (long long)mat2->dims[1], (long long)out->dims[0],
+					 (long long)out->dims[1]);
+	}
+	mm_args a = {*out, *self, *mat2};
+	return new_exec(op, (uint64_t)(out->dims[0] * out->dims[1]) * 4, run_mm, &a, sizeof a, ws, ex);
+}
+PHASE2(aclnnMatmul)
+int aclnnBatchMatMulGetWorkspaceSize(const aclTensor *self, const aclTensor *mat2, aclTensor *out, int8_t cubeMathType, uint64_t *ws, aclOpExecutor **ex) {
+	const char *op = "aclnnBatchMatMul";
+	TRY(mm_checks(op, self, mat2, out, cubeMathType, ws, ex, 3, "stand-in-bmm-3d"));
 	int64_t want[3] = {self->dims[0], self->dims[1], mat2->dims[2]};
 	if (mat2->dims[0] != self->dims[0] || self->dims[2] != mat2->dims[1] || !shape_is(out, 3, want)) {
 		return standin_violation(ACLNN_ERR_PARAM_INVALID, "bmm-shapes", "%s: [B,M,K] @ [B,K,N] into [B,M,N]", op);
 	}
-	bmm_args a = {*out, *self, *mat2};
-	return new_exec(op, (uint64_t)(want[0] * want[1] * want[2]) * 4, run_bmm, &a, sizeof a, ws, ex);
+	mm_args a = {*out, *self, *mat2};
+	return new_exec(op, (uint64_t)(want[0] * want[1] * want[2]) * 4, run_mm, &a, sizeof a, ws, ex);
 }
 PHASE2(aclnnBatchMatMul)
 
