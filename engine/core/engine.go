@@ -166,7 +166,7 @@ type Engine struct {
 	counters        counters
 
 	spec  model.Speculative // set with Options.NumSpeculativeTokens
-	specN specCounters
+	specN model.SpecStats
 }
 
 // counters are the loop's running totals, published into stats.
@@ -744,8 +744,8 @@ func (e *Engine) publish() {
 		NumBlocks:        e.opt.NumBlocks, BlockSize: e.opt.BlockSize, NumStateSlots: e.opt.MaxNumSeqs,
 		MaxModelLen: e.opt.MaxModelLen, UsedBlocks: e.kv.UsedBlocks(), UsedStateSlots: e.kv.UsedStateSlots(),
 		NumSpeculativeTokens: e.opt.NumSpeculativeTokens,
-		SpecDrafts:           e.specN.drafts, SpecDraftTokens: e.specN.draftTokens, SpecAcceptedTokens: e.specN.accepted,
-		SpecAcceptedPerPos: append([]int64(nil), e.specN.perPos...),
+		SpecDrafts:           e.specN.Drafts, SpecDraftTokens: e.specN.DraftTokens, SpecAcceptedTokens: e.specN.Accepted,
+		SpecAcceptedPerPos: append([]int64(nil), e.specN.PerPos...),
 	}
 	for k, v := range e.counters.finished {
 		s.FinishedByReason[k] = v

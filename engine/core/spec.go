@@ -14,29 +14,6 @@ import (
 // runs GLM-5 MTP with up to 5).
 const MaxSpeculativeTokens = 5
 
-// specCounters are the speculative-decoding totals (vLLM's
-// SpecDecodingStats, glm5next-features.md §2.6).
-type specCounters struct {
-	drafts, draftTokens, accepted int64
-	perPos                        []int64
-}
-
-// observe records one verified decode: numDraft drafts, accepted of them.
-func (c *specCounters) observe(numDraft, accepted int) {
-	if numDraft == 0 {
-		return
-	}
-	c.drafts++
-	c.draftTokens += int64(numDraft)
-	c.accepted += int64(accepted)
-	for len(c.perPos) < numDraft {
-		c.perPos = append(c.perPos, 0)
-	}
-	for i := range accepted {
-		c.perPos[i]++
-	}
-}
-
 // checkSpeculative validates Options.NumSpeculativeTokens against the
 // model and the deployment.
 func checkSpeculative(m Model, opt *Options) (model.Speculative, error) {
@@ -154,7 +131,7 @@ func (e *Engine) stepSpec(st *scheduler.Step, ss StepStats, start time.Time) (bo
 		for accepted < len(toks) && accepted < len(sc.Drafts) && toks[accepted].ID == sc.Drafts[accepted] {
 			accepted++
 		}
-		e.specN.observe(len(sc.Drafts), accepted)
+		e.specN.Observe(len(sc.Drafts), accepted)
 		if serr != nil {
 			e.finish(rs, "error", fmt.Errorf("engine: request %s: %w", rs.id, serr), now)
 			continue

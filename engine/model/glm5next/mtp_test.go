@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/npuserve/npuserve/engine/model"
 	"github.com/npuserve/npuserve/engine/safetensors"
 	"github.com/npuserve/npuserve/npu"
 	"github.com/npuserve/npuserve/npu/nputest"
@@ -118,7 +119,7 @@ func TestSpecGreedyLossless(t *testing.T) {
 					}
 					got[i] = []int32{seqs[i].Next}
 				}
-				var st SpecStats
+				var st model.SpecStats
 				for step := 0; len(got[0]) < n || len(got[1]) < n; step++ {
 					if step%2 == 1 {
 						seqs[1].Drafts = nil // a sequence without drafts in the batch

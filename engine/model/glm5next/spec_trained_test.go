@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/npuserve/npuserve/engine/model"
 	"github.com/npuserve/npuserve/npu/nputest"
 )
 
@@ -84,7 +85,7 @@ func TestSpecTrainedAcceptance(t *testing.T) {
 		}
 		got[i] = []int32{seqs[i].Next}
 	}
-	var st SpecStats
+	var st model.SpecStats
 	for {
 		var live []*SpecSeq
 		var at []int
