@@ -118,6 +118,14 @@ func (c *call) run(op C.int, rc C.int, ws C.uint64_t, ex C.uintptr_t) {
 		}
 	}()
 	name := C.GoString(C.npu_aclnn_op_name(op))
+	b.enqueue(name, rc, ws, ex, func(wsp C.uintptr_t) C.int { return C.npu_aclnn_run(op, wsp, ws, ex, C.uintptr_t(b.stream)) })
+}
+
+// enqueue is phase 2 of operator name, whose phase 1 returned rc, the
+// workspace size ws and the executor ex: during a capture the executor is
+// kept for the replays, the workspace is provided and run enqueues the
+// operator with it. Failures are held for Sync.
+func (b *Backend) enqueue(name string, rc C.int, ws C.uint64_t, ex C.uintptr_t, run func(wsp C.uintptr_t) C.int) {
 	if rc != 0 {
 		b.fail(aclnnError(name+"GetWorkspaceSize", rc))
 		return
@@ -133,7 +141,7 @@ func (c *call) run(op C.int, rc C.int, ws C.uint64_t, ex C.uintptr_t) {
 			return
 		}
 	}
-	if rc := C.npu_aclnn_run(op, C.uintptr_t(wsp), ws, ex, C.uintptr_t(b.stream)); rc != 0 {
+	if rc := run(C.uintptr_t(wsp)); rc != 0 {
 		b.fail(aclnnError(name, rc))
 	}
 }

@@ -170,21 +170,8 @@ func (b *Backend) qlaunch(op C.int, build func(c *call, ws *C.uint64_t, ex *C.ui
 	name := C.GoString(C.npu_q_name(op))
 	var ws C.uint64_t
 	var ex C.uintptr_t
-	if rc := build(c, &ws, &ex); rc != 0 {
-		b.fail(aclnnError(name+"GetWorkspaceSize", rc))
-		return
-	}
-	var wsp uintptr
-	if ws > 0 {
-		var err error
-		if wsp, err = b.workspace(int(ws)); err != nil {
-			b.fail(fmt.Errorf("ascend: %s workspace of %d bytes: %w", name, ws, err))
-			return
-		}
-	}
-	if rc := C.npu_q_run(op, C.uintptr_t(wsp), ws, ex, C.uintptr_t(b.stream)); rc != 0 {
-		b.fail(aclnnError(name, rc))
-	}
+	rc := build(c, &ws, &ex)
+	b.enqueue(name, rc, ws, ex, func(wsp C.uintptr_t) C.int { return C.npu_q_run(op, wsp, ws, ex, C.uintptr_t(b.stream)) })
 }
 
 // persist allocates device memory kept for the life of the process
