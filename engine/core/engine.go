@@ -677,10 +677,7 @@ func (e *Engine) step() (bool, error) {
 		if rs.wantLP {
 			out.Logprobs = []sampling.Token{tok}
 		}
-		reason, stop := rs.sampler.CheckStop(e.opt.MaxModelLen)
-		if reason == sampling.NotFinished && len(rs.sr.Tokens()) >= e.opt.MaxModelLen {
-			reason = sampling.FinishLength // min_tokens never runs past the window
-		}
+		reason, stop := e.checkStop(rs, 0)
 		if reason == sampling.NotFinished {
 			rs.out.push(out)
 			continue
@@ -753,4 +750,15 @@ func (e *Engine) publish() {
 	e.mu.Lock()
 	e.stats = s
 	e.mu.Unlock()
+}
+
+// checkStop is rs's sampler's CheckStop after its last token, with pending
+// more tokens not yet in the sequence: the window also ends a request that
+// min_tokens keeps running.
+func (e *Engine) checkStop(rs *reqState, pending int) (sampling.FinishReason, int32) {
+	reason, stop := rs.sampler.CheckStop(e.opt.MaxModelLen)
+	if reason == sampling.NotFinished && len(rs.sr.Tokens())+pending >= e.opt.MaxModelLen {
+		reason = sampling.FinishLength // min_tokens never runs past the window
+	}
+	return reason, stop
 }

@@ -119,10 +119,7 @@ func (e *Engine) stepSpec(st *scheduler.Step, ss StepStats, start time.Time) (bo
 				break
 			}
 			toks = append(toks, tok)
-			reason, stop = rs.sampler.CheckStop(e.opt.MaxModelLen)
-			if reason == sampling.NotFinished && len(rs.sr.Tokens())+len(toks) >= e.opt.MaxModelLen {
-				reason = sampling.FinishLength
-			}
+			reason, stop = e.checkStop(rs, len(toks))
 			if reason != sampling.NotFinished || j == len(sc.Drafts) || tok.ID != sc.Drafts[j] {
 				break
 			}
