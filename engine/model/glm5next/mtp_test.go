@@ -55,21 +55,30 @@ func specCache(t *testing.T, m *Model, seqs, maxLen int) (*Cache, [][]int32) {
 	return c, bt
 }
 
+// greedyPrefill prefills every prompt into its own slot (blocks bt[i])
+// with k drafts to come, taking the greedy first token: the sequences and
+// their tokens so far.
+func greedyPrefill(t *testing.T, m *Model, c *Cache, bt [][]int32, prompts [][]int32, k int) ([]*SpecSeq, [][]int32) {
+	t.Helper()
+	seqs := make([]*SpecSeq, len(prompts))
+	got := make([][]int32, len(prompts))
+	for i, p := range prompts {
+		seqs[i] = &SpecSeq{Slot: i, Blocks: bt[i]}
+		if err := m.SpecPrefill(c, seqs[i], p, k, func(r []float32) int32 { return int32(argmax(r)) }); err != nil {
+			t.Fatal(err)
+		}
+		got[i] = []int32{seqs[i].Next}
+	}
+	return seqs, got
+}
+
 // plainGreedy decodes n tokens of each prompt without speculation, one
 // sequence per slot, all in one batch per step, returning the tokens and
 // (when states) the KDA state of every slot after each position.
 func plainGreedy(t *testing.T, m *Model, prompts [][]int32, n int) [][]int32 {
 	t.Helper()
 	c, bt := specCache(t, m, len(prompts), 200)
-	seqs := make([]*SpecSeq, len(prompts))
-	out := make([][]int32, len(prompts))
-	for i, p := range prompts {
-		seqs[i] = &SpecSeq{Slot: i, Blocks: bt[i]}
-		if err := m.SpecPrefill(c, seqs[i], p, 0, func(r []float32) int32 { return int32(argmax(r)) }); err != nil {
-			t.Fatal(err)
-		}
-		out[i] = []int32{seqs[i].Next}
-	}
+	seqs, out := greedyPrefill(t, m, c, bt, prompts, 0)
 	for len(out[0]) < n {
 		toks, err := m.SpecStep(c, seqs, 0, func(_ int, rows [][]float32, d []int32) []int32 { return GreedyAccept(rows, d) })
 		if err != nil {
@@ -110,15 +119,7 @@ func TestSpecGreedyLossless(t *testing.T) {
 		for _, oracle := range []bool{false, true} {
 			t.Run(fmt.Sprintf("k=%d/oracle=%v", k, oracle), func(t *testing.T) {
 				c, bt := specCache(t, m, len(prompts), 200)
-				seqs := make([]*SpecSeq, len(prompts))
-				got := make([][]int32, len(prompts))
-				for i, p := range prompts {
-					seqs[i] = &SpecSeq{Slot: i, Blocks: bt[i]}
-					if err := m.SpecPrefill(c, seqs[i], p, k, func(r []float32) int32 { return int32(argmax(r)) }); err != nil {
-						t.Fatal(err)
-					}
-					got[i] = []int32{seqs[i].Next}
-				}
+				seqs, got := greedyPrefill(t, m, c, bt, prompts, k)
 				var st model.SpecStats
 				for step := 0; len(got[0]) < n || len(got[1]) < n; step++ {
 					if step%2 == 1 {

@@ -76,15 +76,7 @@ func TestSpecTrainedAcceptance(t *testing.T) {
 	n := meta.Chain.Gen
 	want := plainGreedy(t, m, prompts, n)
 	c, bt := specCache(t, m, len(prompts), meta.Chain.Prompt+n+2*k+specBlock)
-	seqs := make([]*SpecSeq, len(prompts))
-	got := make([][]int32, len(prompts))
-	for i, p := range prompts {
-		seqs[i] = &SpecSeq{Slot: i, Blocks: bt[i]}
-		if err := m.SpecPrefill(c, seqs[i], p, k, func(r []float32) int32 { return int32(argmax(r)) }); err != nil {
-			t.Fatal(err)
-		}
-		got[i] = []int32{seqs[i].Next}
-	}
+	seqs, got := greedyPrefill(t, m, c, bt, prompts, k)
 	var st model.SpecStats
 	for {
 		var live []*SpecSeq
