@@ -152,3 +152,51 @@ func DSAIndexDims(out, q, w, pooled *Tensor, T int, p IndexParams) (Hi, d, nslot
 	}
 	return Hi, d, nslots, width, nil
 }
+
+// KDADims states KDA's operand shapes once for every backend (dtypes and
+// the layout are each backend's to check): for T rows, qkv [T, 3·H·K], g
+// [T, H·K], beta [T, H], out [T, H·V] and state [slots, H, K, V] with
+// V = K; an error names the operand.
+func KDADims(out, qkv, g, beta, state *Tensor, T, heads, headDim, chunk int) error {
+	H, K := heads, headDim
+	V, HK := K, heads*headDim
+	switch {
+	case H <= 0 || K <= 0 || chunk < 0:
+		return fmt.Errorf("KDA heads %d, head dim %d, chunk %d", H, K, chunk)
+	case qkv.Numel() != T*3*HK || qkv.RowSize() != 3*HK:
+		return fmt.Errorf("KDA qkv %v, want [%d, %d]", qkv, T, 3*HK)
+	case g.Numel() != T*HK:
+		return fmt.Errorf("KDA g %v, want [%d, %d]", g, T, HK)
+	case beta.Numel() != T*H:
+		return fmt.Errorf("KDA beta %v, want [%d, %d]", beta, T, H)
+	case out.Numel() != T*H*V:
+		return fmt.Errorf("KDA out %v, want [%d, %d]", out, T, H*V)
+	case state.Rank() < 1 || state.RowSize() != H*K*V:
+		return fmt.Errorf("KDA state %v, want [slots, %d, %d, %d]", state, H, K, V)
+	}
+	return nil
+}
+
+// SparseMLADims states SparseMLA's operand shapes once for every backend
+// (dtypes are each backend's to check): for T rows, q [T, H·dk], latents
+// [slots, R], kvB [H·(dk+dv), R], sel [T, width] and out [T, H·dv]. It
+// returns R, the latent slots and the selection width, or an error naming
+// the operand.
+func SparseMLADims(out, q, latents, kvB, sel *Tensor, T, heads, dk, dv int) (R, nslots, width int, err error) {
+	H := heads
+	if H <= 0 || dk <= 0 || dv <= 0 || latents.Rank() != 2 {
+		return 0, 0, 0, fmt.Errorf("SparseMLA %d heads, dk %d, dv %d, latents %v", H, dk, dv, latents)
+	}
+	R, nslots, width = latents.Dim(1), latents.Dim(0), sel.Dim(-1)
+	switch {
+	case kvB.Numel() != H*(dk+dv)*R || kvB.Dim(-1) != R:
+		return 0, 0, 0, fmt.Errorf("SparseMLA kvB %v, want [%d, %d]", kvB, H*(dk+dv), R)
+	case q.Numel() != T*H*dk:
+		return 0, 0, 0, fmt.Errorf("SparseMLA q %v, want [%d, %d]", q, T, H*dk)
+	case out.Numel() != T*H*dv:
+		return 0, 0, 0, fmt.Errorf("SparseMLA out %v, want [%d, %d]", out, T, H*dv)
+	case sel.Numel() != T*width:
+		return 0, 0, 0, fmt.Errorf("SparseMLA sel %v for %d rows", sel, T)
+	}
+	return R, nslots, width, nil
+}

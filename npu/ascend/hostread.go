@@ -173,17 +173,13 @@ func (b *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout,
 		panic(fmt.Sprintf("ascend: KDA heads %d, head dim %d, chunk %d, layout %v", H, K, chunk, seqs))
 	}
 	T, B, HK := seqs.NumRows, seqs.NumSeqs, H*K
-	switch {
-	case qkv.Numel() != T*3*HK || qkv.RowSize() != 3*HK || qkv.DType() != npu.F32:
-		panic(fmt.Sprintf("ascend: KDA qkv %v, want F32 [%d, %d]", qkv, T, 3*HK))
-	case g.Numel() != T*HK || g.DType() != npu.F32:
-		panic(fmt.Sprintf("ascend: KDA g %v, want [%d, %d]", g, T, HK))
-	case beta.Numel() != T*H || beta.DType() != npu.F32:
-		panic(fmt.Sprintf("ascend: KDA beta %v, want [%d, %d]", beta, T, H))
-	case out.Numel() != T*H*V || out.DType() != npu.F32:
-		panic(fmt.Sprintf("ascend: KDA out %v, want [%d, %d]", out, T, H*V))
-	case state.Rank() < 1 || state.RowSize() != H*K*V || state.DType() != npu.F32:
-		panic(fmt.Sprintf("ascend: KDA state %v, want [slots, %d, %d, %d]", state, H, K, V))
+	if err := npu.KDADims(out, qkv, g, beta, state, T, heads, headDim, chunk); err != nil {
+		panic("ascend: " + err.Error())
+	}
+	for _, t := range []*npu.Tensor{qkv, g, beta, out, state} {
+		if t.DType() != npu.F32 {
+			panic(fmt.Sprintf("ascend: KDA %v: want F32", t))
+		}
 	}
 	if T == 0 || B == 0 {
 		return

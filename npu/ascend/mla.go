@@ -55,8 +55,13 @@ const mlaMasked = -1e30
 // table entry, or fails the stream past the last).
 func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.SeqLayout, heads, dk, dv int, scale float32) {
 	H := heads
-	if H <= 0 || dk <= 0 || dv <= 0 || latents.Rank() != 2 || seqs == nil {
-		panic(fmt.Sprintf("ascend: SparseMLA %d heads, dk %d, dv %d, latents %v, layout %v", H, dk, dv, latents, seqs))
+	if seqs == nil {
+		panic("ascend: SparseMLA without a layout")
+	}
+	T := seqs.NumRows
+	R, nslots, W, err := npu.SparseMLADims(out, q, latents, kvB, sel, T, heads, dk, dv)
+	if err != nil {
+		panic("ascend: " + err.Error())
 	}
 	for _, t := range []*npu.Tensor{latents, kvB} {
 		switch t.DType() {
@@ -65,18 +70,11 @@ func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Seq
 			panic(fmt.Sprintf("ascend: SparseMLA %v: want F32, BF16 or F16", t))
 		}
 	}
-	R, nslots := latents.Dim(1), latents.Dim(0)
-	T := seqs.NumRows
-	W := sel.Dim(-1)
 	switch {
-	case kvB.Numel() != H*(dk+dv)*R || kvB.Dim(-1) != R:
-		panic(fmt.Sprintf("ascend: SparseMLA kvB %v, want [%d, %d]", kvB, H*(dk+dv), R))
-	case q.Numel() != T*H*dk || q.DType() != npu.F32:
-		panic(fmt.Sprintf("ascend: SparseMLA q %v, want F32 [%d, %d]", q, T, H*dk))
-	case out.Numel() != T*H*dv || out.DType() != npu.F32:
-		panic(fmt.Sprintf("ascend: SparseMLA out %v, want F32 [%d, %d]", out, T, H*dv))
-	case sel.Numel() != T*W || sel.DType() != npu.I32:
-		panic(fmt.Sprintf("ascend: SparseMLA sel %v, want I32 for %d rows", sel, T))
+	case q.DType() != npu.F32 || out.DType() != npu.F32:
+		panic(fmt.Sprintf("ascend: SparseMLA q %v, out %v: want F32", q, out))
+	case sel.DType() != npu.I32:
+		panic(fmt.Sprintf("ascend: SparseMLA sel %v: want I32", sel))
 	}
 	if T == 0 {
 		return

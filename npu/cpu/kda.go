@@ -107,23 +107,10 @@ var kdaFallbacks atomic.Int64
 func (be *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout, heads, headDim, chunk int) {
 	H, K := heads, headDim
 	V := K
-	if H <= 0 || K <= 0 || chunk < 0 {
-		panic(fmt.Sprintf("cpu: KDA heads %d, head dim %d, chunk %d", H, K, chunk))
-	}
 	L := readLayout("KDA", seqs)
 	T := L.Rows()
-	HK := H * K
-	switch {
-	case qkv.Numel() != T*3*HK || qkv.RowSize() != 3*HK:
-		panic(fmt.Sprintf("cpu: KDA qkv %v, want [%d, %d]", qkv, T, 3*HK))
-	case g.Numel() != T*HK:
-		panic(fmt.Sprintf("cpu: KDA g %v, want [%d, %d]", g, T, HK))
-	case beta.Numel() != T*H:
-		panic(fmt.Sprintf("cpu: KDA beta %v, want [%d, %d]", beta, T, H))
-	case out.Numel() != T*H*V:
-		panic(fmt.Sprintf("cpu: KDA out %v, want [%d, %d]", out, T, H*V))
-	case state.Rank() < 1 || state.RowSize() != H*K*V:
-		panic(fmt.Sprintf("cpu: KDA state %v, want [slots, %d, %d, %d]", state, H, K, V))
+	if err := npu.KDADims(out, qkv, g, beta, state, T, heads, headDim, chunk); err != nil {
+		panic("cpu: " + err.Error())
 	}
 	a := &kdaArgs{
 		qkv: F32(qkv), g: F32(g), beta: F32(beta), out: F32(out), state: F32(state),

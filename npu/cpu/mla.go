@@ -47,22 +47,11 @@ func (be *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Se
 	H := heads
 	attnFloat("SparseMLA latents", latents)
 	attnFloat("SparseMLA kvB", kvB)
-	if H <= 0 || dk <= 0 || dv <= 0 || latents.Rank() != 2 {
-		panic(fmt.Sprintf("cpu: SparseMLA %d heads, dk %d, dv %d, latents %v", H, dk, dv, latents))
-	}
-	R, nslots := latents.Dim(1), latents.Dim(0)
 	L := readLayout("SparseMLA", seqs)
 	T := L.Rows()
-	width := sel.Dim(-1)
-	switch {
-	case kvB.Numel() != H*(dk+dv)*R || kvB.Dim(-1) != R:
-		panic(fmt.Sprintf("cpu: SparseMLA kvB %v, want [%d, %d]", kvB, H*(dk+dv), R))
-	case q.Numel() != T*H*dk:
-		panic(fmt.Sprintf("cpu: SparseMLA q %v, want [%d, %d]", q, T, H*dk))
-	case out.Numel() != T*H*dv:
-		panic(fmt.Sprintf("cpu: SparseMLA out %v, want [%d, %d]", out, T, H*dv))
-	case sel.Numel() != T*width:
-		panic(fmt.Sprintf("cpu: SparseMLA sel %v for %d rows", sel, T))
+	R, nslots, width, err := npu.SparseMLADims(out, q, latents, kvB, sel, T, heads, dk, dv)
+	if err != nil {
+		panic("cpu: " + err.Error())
 	}
 	B := L.NumSeqs()
 	a := &mlaArgs{q: F32(q), out: F32(out), latents: latents, kvB: kvB, H: H, dk: dk, dv: dv, R: R, scale: scale}

@@ -38,23 +38,10 @@ const (
 func (b *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout, heads, headDim, chunk int) {
 	H, K := heads, headDim
 	V := K
-	if H <= 0 || K <= 0 || chunk < 0 {
-		panic(fmt.Sprintf("cuda: KDA heads %d, head dim %d, chunk %d", H, K, chunk))
-	}
 	checkLayout("KDA", seqs)
 	T := seqs.NumRows
-	HK := H * K
-	switch {
-	case qkv.Numel() != T*3*HK || qkv.RowSize() != 3*HK:
-		panic(fmt.Sprintf("cuda: KDA qkv %v, want [%d, %d]", qkv, T, 3*HK))
-	case g.Numel() != T*HK:
-		panic(fmt.Sprintf("cuda: KDA g %v, want [%d, %d]", g, T, HK))
-	case beta.Numel() != T*H:
-		panic(fmt.Sprintf("cuda: KDA beta %v, want [%d, %d]", beta, T, H))
-	case out.Numel() != T*H*V:
-		panic(fmt.Sprintf("cuda: KDA out %v, want [%d, %d]", out, T, H*V))
-	case state.Rank() < 1 || state.RowSize() != H*K*V:
-		panic(fmt.Sprintf("cuda: KDA state %v, want [slots, %d, %d, %d]", state, H, K, V))
+	if err := npu.KDADims(out, qkv, g, beta, state, T, heads, headDim, chunk); err != nil {
+		panic("cuda: " + err.Error())
 	}
 	wantF32("KDA", out, qkv, g, beta, state)
 	if K > kdaMaxK {

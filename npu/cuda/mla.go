@@ -41,22 +41,11 @@ func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Seq
 	H := heads
 	wantFloat("SparseMLA latents", latents)
 	wantFloat("SparseMLA kvB", kvB)
-	if H <= 0 || dk <= 0 || dv <= 0 || latents.Rank() != 2 {
-		panic(fmt.Sprintf("cuda: SparseMLA %d heads, dk %d, dv %d, latents %v", H, dk, dv, latents))
-	}
-	R, nslots := latents.Dim(1), latents.Dim(0)
 	checkLayout("SparseMLA", seqs)
 	T := seqs.NumRows
-	width := sel.Dim(-1)
-	switch {
-	case kvB.Numel() != H*(dk+dv)*R || kvB.Dim(-1) != R:
-		panic(fmt.Sprintf("cuda: SparseMLA kvB %v, want [%d, %d]", kvB, H*(dk+dv), R))
-	case q.Numel() != T*H*dk:
-		panic(fmt.Sprintf("cuda: SparseMLA q %v, want [%d, %d]", q, T, H*dk))
-	case out.Numel() != T*H*dv:
-		panic(fmt.Sprintf("cuda: SparseMLA out %v, want [%d, %d]", out, T, H*dv))
-	case sel.Numel() != T*width:
-		panic(fmt.Sprintf("cuda: SparseMLA sel %v for %d rows", sel, T))
+	R, nslots, width, err := npu.SparseMLADims(out, q, latents, kvB, sel, T, heads, dk, dv)
+	if err != nil {
+		panic("cuda: " + err.Error())
 	}
 	wantF32("SparseMLA", out, q)
 	if sel.DType() != npu.I32 {
