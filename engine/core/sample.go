@@ -45,14 +45,12 @@ func (e *Engine) sample(logits *npu.Tensor) (toks []sampling.Token, errs []error
 // same logits, copies of the samplers taken before; every row whose token,
 // logprobs or error differ is recorded in e.crossMismatches.
 func (e *Engine) sampleChecked(logits *npu.Tensor) ([]sampling.Token, []error, error) {
-	be := e.be
-	full := logits
 	if sh, ok := e.model.(model.ShardedLogits); ok {
 		if _, sharded := sh.VocabSharded(); sharded {
 			return e.sampleRows(logits) // the TP tests check the reduction
 		}
 	}
-	rows, err := model.DownloadRows(be, full)
+	rows, err := model.DownloadRows(e.be, logits)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -41,7 +41,7 @@ import (
 // exactly. Min-p without top-k reduces too: Sample's histogram, top-p cut
 // and draw skip every token below min_p times the most likely one's
 // probability, so when b itself is below that bound (by a margin that
-// covers expNeg's rounding), the survivors held, in id order, give the
+// covers the weights' rounding), the survivors held, in id order, give the
 // same histogram sums in the same order and the same draw. A reduction
 // that misses a piece (ties at the k-th value running past the held
 // candidates, more min-p survivors than were held) is ErrNotReducible
@@ -80,8 +80,9 @@ const reducedTieSlack = 32
 
 // minPMargin is the relative margin by which the reduction's last
 // candidate must fall below min-p for every smaller logit to fall below
-// it too: expNeg is monotone to within ~2e-12 relative (the Taylor
-// polynomial's truncation at bin edges and the table's rounding).
+// it too: the weight is monotone to within ~6e-11 relative (the
+// fixed-point fraction's 34 bits, the Taylor polynomial's truncation at
+// bin edges and the table's rounding; npu.SampleBin).
 const minPMargin = 1e-9
 
 // MaxReducedTouched is the largest touched set T for which Reducible
