@@ -4,18 +4,14 @@
 // executor) and Xxx (phase 2: standin_phase2 validates the executor,
 // workspace, thread context and stream, then the work is queued on the
 // stream). Plain C on host memory; fp32 arithmetic.
-#include "standin.h"
+#include "opapi.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define F(dt) (1u << (dt))
-#define FLOATS (F(DT_FLOAT) | F(DT_FLOAT16) | F(DT_BF16))
-#define ALLDT (FLOATS | F(DT_INT32) | F(DT_INT64) | F(DT_INT8) | F(DT_UINT8))
-
-static int64_t numel(const aclTensor *t) {
+int64_t numel(const aclTensor *t) {
 	int64_t n = 1;
 	for (uint64_t i = 0; i < t->ndim; i++) {
 		n *= t->dims[i];
@@ -23,38 +19,58 @@ static int64_t numel(const aclTensor *t) {
 	return n;
 }
 
-// chk validates one tensor argument: live, dtype allowed, ND-like format,
+// tensor_storage is the element count of t's storage.
+int64_t tensor_storage(const aclTensor *t) {
+	int64_t s = 1;
+	for (uint64_t i = 0; i < t->nstorage; i++) {
+		s *= t->storage[i];
+	}
+	return s;
+}
+
+// chk_fmt validates one tensor argument: live, dtype allowed, the format
+// (ND-like, or FRACTAL_NZ when nz: offset 0 and a 4-D fractal storage),
 // the view inside its storage and the storage inside device memory.
-static int chk(const char *op, const char *name, const aclTensor *t, unsigned dtmask) {
+int chk_fmt(const char *op, const char *name, const aclTensor *t, uint64_t dtmask, int nz) {
 	if (t == NULL) {
 		return standin_violation(ACLNN_ERR_PARAM_NULLPTR, "required-tensor", "%s: %s is NULL", op, name);
 	}
 	if (t->magic != TENSOR_MAGIC) {
 		return standin_violation(ACLNN_ERR_PARAM_INVALID, "live-tensor", "%s: %s is not a live aclTensor", op, name);
 	}
-	if (t->dtype < 0 || t->dtype > 31 || !(dtmask & F(t->dtype))) {
+	if (t->dtype < 0 || t->dtype > 63 || !(dtmask & F(t->dtype))) {
 		return standin_violation(ACLNN_ERR_PARAM_INVALID, "dtype", "%s: %s has dtype %d, not one the operator documents", op, name, t->dtype);
 	}
-	if (t->format != FMT_ND && t->format != FMT_NCHW && t->format != FMT_NCL && t->format != FMT_NCDHW) {
-		return standin_violation(ACLNN_ERR_PARAM_INVALID, "format-nd", "%s: %s has format %d; this operator takes ND", op, name, t->format);
-	}
-	int64_t hi = t->offset, store = 1;
-	for (uint64_t i = 0; i < t->ndim; i++) {
-		if (t->dims[i] == 0) {
-			hi = -1;
-			break;
+	int64_t store = tensor_storage(t);
+	if (nz) {
+		if (t->format != FMT_FRACTAL_NZ) {
+			return standin_violation(ACLNN_ERR_PARAM_INVALID, "x2-fractal-nz", "%s: %s has format %d; this operator requires FRACTAL_NZ (29)", op, name,
+						 t->format);
 		}
-		if (t->strides[i] < 0) {
-			return standin_violation(ACLNN_ERR_PARAM_INVALID, "strides", "%s: %s has a negative stride", op, name);
+		if (t->offset != 0 || t->nstorage != 4) {
+			return standin_violation(ACLNN_ERR_PARAM_INVALID, "nz-storage-shape", "%s: %s: an NZ tensor has offset 0 and a 4-D fractal storage shape", op,
+						 name);
 		}
-		hi += (t->dims[i] - 1) * t->strides[i];
-	}
-	for (uint64_t i = 0; i < t->nstorage; i++) {
-		store *= t->storage[i];
-	}
-	if (t->nstorage == 0 || t->offset < 0 || hi >= store) {
-		return standin_violation(ACLNN_ERR_PARAM_INVALID, "view-in-storage", "%s: %s's view (offset %lld, last element %lld) is outside its storage of %lld elements",
-					 op, name, (long long)t->offset, (long long)hi, (long long)store);
+	} else {
+		if (t->format != FMT_ND && t->format != FMT_NCHW && t->format != FMT_NCL && t->format != FMT_NCDHW) {
+			return standin_violation(ACLNN_ERR_PARAM_INVALID, "format-nd", "%s: %s has format %d; this operator takes ND", op, name, t->format);
+		}
+		int64_t hi = t->offset;
+		for (uint64_t i = 0; i < t->ndim; i++) {
+			if (t->dims[i] == 0) {
+				hi = -1;
+				break;
+			}
+			if (t->strides[i] < 0) {
+				return standin_violation(ACLNN_ERR_PARAM_INVALID, "strides", "%s: %s has a negative stride", op, name);
+			}
+			hi += (t->dims[i] - 1) * t->strides[i];
+		}
+		if (t->nstorage == 0 || t->offset < 0 || hi >= store) {
+			return standin_violation(ACLNN_ERR_PARAM_INVALID, "view-in-storage",
+						 "%s: %s's view (offset %lld, last element %lld) is outside its storage of %lld elements", op, name,
+						 (long long)t->offset, (long long)hi, (long long)store);
+		}
 	}
 	if (!standin_dev_range(t->data, (size_t)store * standin_dtype_size(t->dtype))) {
 		return standin_violation(ACLNN_ERR_PARAM_INVALID, "storage-in-device-memory", "%s: %s's storage (%lld elements at %p) is not live device memory", op, name,
@@ -63,9 +79,12 @@ static int chk(const char *op, const char *name, const aclTensor *t, unsigned dt
 	return 0;
 }
 
+// chk is chk_fmt for an ND-like tensor.
+int chk(const char *op, const char *name, const aclTensor *t, uint64_t dtmask) { return chk_fmt(op, name, t, dtmask, 0); }
+
 // elem is the storage element index of the lin-th element (row-major) of
 // t's view.
-static int64_t elem(const aclTensor *t, int64_t lin) {
+int64_t elem(const aclTensor *t, int64_t lin) {
 	int64_t off = t->offset;
 	for (int i = (int)t->ndim - 1; i >= 0; i--) {
 		int64_t d = t->dims[i];
@@ -91,8 +110,10 @@ static uint16_t f_to_bf16(float f) {
 	return (uint16_t)(u >> 16);
 }
 
-static double get(const aclTensor *t, int64_t lin) {
-	char *p = (char *)t->data + elem(t, lin) * standin_dtype_size(t->dtype);
+void *ptr(const aclTensor *t, int64_t lin) { return (char *)t->data + elem(t, lin) * standin_dtype_size(t->dtype); }
+
+double get(const aclTensor *t, int64_t lin) {
+	char *p = ptr(t, lin);
 	switch (t->dtype) {
 	case DT_FLOAT:
 		return *(float *)p;
@@ -112,8 +133,8 @@ static double get(const aclTensor *t, int64_t lin) {
 	return NAN;
 }
 
-static void set(const aclTensor *t, int64_t lin, double v) {
-	char *p = (char *)t->data + elem(t, lin) * standin_dtype_size(t->dtype);
+void set(const aclTensor *t, int64_t lin, double v) {
+	char *p = ptr(t, lin);
 	switch (t->dtype) {
 	case DT_FLOAT:
 		*(float *)p = (float)v;
@@ -168,7 +189,7 @@ static int64_t bidx(const aclTensor *a, const aclTensor *out, int64_t lin) {
 	return r;
 }
 
-static int need_ctx(const char *op) {
+int need_ctx(const char *op) {
 	if (standin_current_ctx() == NULL) {
 		return standin_violation(ACL_ERROR_RT_CONTEXT_NULL, "context-on-thread",
 					 "%sGetWorkspaceSize on a thread without a current context (phase 1 queries the thread's context)", op);
@@ -176,27 +197,14 @@ static int need_ctx(const char *op) {
 	return 0;
 }
 
-static int outs(const char *op, uint64_t *ws, aclOpExecutor **ex) {
+int outs(const char *op, uint64_t *ws, aclOpExecutor **ex) {
 	if (ws == NULL || ex == NULL) {
 		return standin_violation(ACLNN_ERR_PARAM_NULLPTR, "phase1-outputs", "%s: workspaceSize and executor must not be NULL", op);
 	}
 	return 0;
 }
 
-#define TRY(x)                     \
-	do {                       \
-		int rc_ = (x);     \
-		if (rc_) {         \
-			return rc_; \
-		}                  \
-	} while (0)
-
-#define PHASE2(name)                                                                                   \
-	int name(void *ws, uint64_t size, aclOpExecutor *e, void *stream) {                            \
-		return standin_phase2(#name, ws, size, e, stream);                                     \
-	}
-
-static int new_exec(const char *op, uint64_t wsz, void (*run)(void *, void *), void *args, size_t n, uint64_t *ws, aclOpExecutor **ex) {
+int new_exec(const char *op, uint64_t wsz, void (*run)(void *, void *), void *args, size_t n, uint64_t *ws, aclOpExecutor **ex) {
 	void *a = malloc(n);
 	memcpy(a, args, n);
 	*ex = standin_executor_new(op, wsz, run, a);
@@ -204,7 +212,7 @@ static int new_exec(const char *op, uint64_t wsz, void (*run)(void *, void *), v
 	return 0;
 }
 
-static int same_shape(const aclTensor *a, const aclTensor *b) {
+int same_shape(const aclTensor *a, const aclTensor *b) {
 	if (a->ndim != b->ndim) {
 		return 0;
 	}
@@ -1073,7 +1081,7 @@ static int mm_checks(const char *op, const aclTensor *self, const aclTensor *mat
 		return standin_violation(ACLNN_ERR_PARAM_INVALID, "matmul-same-dtype", "%s: self dtype %d, mat2 %d, out %d: the stand-in wants one dtype", op,
 					 self->dtype, mat2->dtype, out->dtype);
 	}
-	if (self->ndim != ndim || mat2->ndim != ndim || out->ndim != ndim) {
+	if (self->ndim != (uint64_t)ndim || mat2->ndim != (uint64_t)ndim || out->ndim != (uint64_t)ndim) {
 		return standin_violation(ACLNN_ERR_PARAM_INVALID, rule, "%s: the stand-in implements %d-D operands only", op, ndim);
 	}
 	return 0;

@@ -19,14 +19,13 @@
 // element (r, c) at [c/32][r/16][r%16][c%32], padding zero. The data is
 // really reordered, so an operator that read an NZ buffer as ND would
 // compute garbage; operators that require NZ refuse ND (rule x2-fractal-nz).
-#include "standin.h"
+#include "opapi.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define QF(dt) (1ull << (dt))
 #define DT_E4M3 36
 #define DT_E8M0 37
 #define NZ_R0 16 // rows per fractal
@@ -34,95 +33,8 @@
 
 const char *aclrtGetSocName(void); // libascendcl (the stand-in's)
 
-static int64_t q_numel(const aclTensor *t) {
-	int64_t n = 1;
-	for (uint64_t i = 0; i < t->ndim; i++) {
-		n *= t->dims[i];
-	}
-	return n;
-}
-
-static int64_t q_elem(const aclTensor *t, int64_t lin) {
-	int64_t off = t->offset;
-	for (int i = (int)t->ndim - 1; i >= 0; i--) {
-		int64_t d = t->dims[i];
-		off += (lin % d) * t->strides[i];
-		lin /= d;
-	}
-	return off;
-}
-
-static int64_t q_storage(const aclTensor *t) {
-	int64_t s = 1;
-	for (uint64_t i = 0; i < t->nstorage; i++) {
-		s *= t->storage[i];
-	}
-	return s;
-}
-
-// q_chk validates a tensor argument: live, dtype in mask, format (ND-like
-// or FRACTAL_NZ as wanted), inside its storage, storage in device memory.
-static int q_chk(const char *op, const char *name, const aclTensor *t, unsigned long long mask, int nz) {
-	if (t == NULL) {
-		return standin_violation(ACLNN_ERR_PARAM_NULLPTR, "required-tensor", "%s: %s is NULL", op, name);
-	}
-	if (t->magic != TENSOR_MAGIC) {
-		return standin_violation(ACLNN_ERR_PARAM_INVALID, "live-tensor", "%s: %s is not a live aclTensor", op, name);
-	}
-	if (t->dtype < 0 || t->dtype > 63 || !(mask & QF(t->dtype))) {
-		return standin_violation(ACLNN_ERR_PARAM_INVALID, "dtype", "%s: %s has dtype %d, not one the operator documents", op, name, t->dtype);
-	}
-	int64_t store = q_storage(t);
-	if (nz) {
-		if (t->format != FMT_FRACTAL_NZ) {
-			return standin_violation(ACLNN_ERR_PARAM_INVALID, "x2-fractal-nz", "%s: %s has format %d; this operator requires FRACTAL_NZ (29)", op, name,
-						 t->format);
-		}
-		if (t->offset != 0 || t->nstorage != 4) {
-			return standin_violation(ACLNN_ERR_PARAM_INVALID, "nz-storage-shape", "%s: %s: an NZ tensor has offset 0 and a 4-D fractal storage shape", op,
-						 name);
-		}
-	} else {
-		if (t->format != FMT_ND && t->format != FMT_NCHW && t->format != FMT_NCL && t->format != FMT_NCDHW) {
-			return standin_violation(ACLNN_ERR_PARAM_INVALID, "format-nd", "%s: %s has format %d; this operator takes ND here", op, name, t->format);
-		}
-		int64_t hi = t->offset;
-		for (uint64_t i = 0; i < t->ndim; i++) {
-			if (t->dims[i] == 0) {
-				hi = -1;
-				break;
-			}
-			hi += (t->dims[i] - 1) * t->strides[i];
-		}
-		if (t->nstorage == 0 || t->offset < 0 || hi >= store) {
-			return standin_violation(ACLNN_ERR_PARAM_INVALID, "view-in-storage", "%s: %s's view is outside its storage", op, name);
-		}
-	}
-	if (!standin_dev_range(t->data, (size_t)store * standin_dtype_size(t->dtype))) {
-		return standin_violation(ACLNN_ERR_PARAM_INVALID, "storage-in-device-memory", "%s: %s's storage is not live device memory", op, name);
-	}
-	return 0;
-}
-#define QMASK_E4M3 QF(DT_E4M3)
-#define QMASK_E8M0 QF(DT_E8M0)
-
-static int q_ctx(const char *op, uint64_t *ws, aclOpExecutor **ex) {
-	if (standin_current_ctx() == NULL) {
-		return standin_violation(ACL_ERROR_RT_CONTEXT_NULL, "context-on-thread", "%sGetWorkspaceSize on a thread without a current context", op);
-	}
-	if (ws == NULL || ex == NULL) {
-		return standin_violation(ACLNN_ERR_PARAM_NULLPTR, "phase1-outputs", "%s: workspaceSize and executor must not be NULL", op);
-	}
-	return 0;
-}
-
-static int q_exec(const char *op, void (*run)(void *, void *), void *args, size_t n, uint64_t *ws, aclOpExecutor **ex) {
-	void *a = malloc(n);
-	memcpy(a, args, n);
-	*ex = standin_executor_new(op, 0, run, a);
-	*ws = 0;
-	return 0;
-}
+#define QMASK_E4M3 F(DT_E4M3)
+#define QMASK_E8M0 F(DT_E8M0)
 
 static int q_soc950(const char *op) {
 	const char *soc = aclrtGetSocName();
@@ -131,58 +43,6 @@ static int q_soc950(const char *op) {
 					 soc ? soc : "unknown");
 	}
 	return 0;
-}
-
-#define QTRY(x)                    \
-	do {                       \
-		int rc_ = (x);     \
-		if (rc_) {         \
-			return rc_; \
-		}                  \
-	} while (0)
-#define QPHASE2(name) \
-	int name(void *ws, uint64_t size, aclOpExecutor *e, void *stream) { return standin_phase2(#name, ws, size, e, stream); }
-
-static void *q_ptr(const aclTensor *t, int64_t lin) { return (char *)t->data + q_elem(t, lin) * standin_dtype_size(t->dtype); }
-
-static float q_getf(const aclTensor *t, int64_t lin) {
-	void *p = q_ptr(t, lin);
-	switch (t->dtype) {
-	case DT_FLOAT:
-		return *(float *)p;
-	case DT_FLOAT16:
-		return (float)*(_Float16 *)p;
-	case DT_BF16: {
-		uint32_t u = (uint32_t) * (uint16_t *)p << 16;
-		float f;
-		memcpy(&f, &u, 4);
-		return f;
-	}
-	}
-	return NAN;
-}
-
-static void q_setf(const aclTensor *t, int64_t lin, float v) {
-	void *p = q_ptr(t, lin);
-	switch (t->dtype) {
-	case DT_FLOAT:
-		*(float *)p = v;
-		break;
-	case DT_FLOAT16:
-		*(_Float16 *)p = (_Float16)v;
-		break;
-	case DT_BF16: {
-		uint32_t u;
-		memcpy(&u, &v, 4);
-		if ((u & 0x7fffffffu) > 0x7f800000u) {
-			*(uint16_t *)p = (uint16_t)(u >> 16) | 0x40;
-		} else {
-			u += 0x7fffu + ((u >> 16) & 1);
-			*(uint16_t *)p = (uint16_t)(u >> 16);
-		}
-		break;
-	}
-	}
 }
 
 // ---- E4M3FN and E8M0 (OCP) ----
@@ -275,7 +135,7 @@ int aclnnNpuFormatCastCalculateSizeAndFormat(const aclTensor *src, const int dst
 	if (dstShape == NULL || dstShapeSize == NULL || actualFormat == NULL) {
 		return standin_violation(ACLNN_ERR_PARAM_NULLPTR, "phase1-outputs", "%s: NULL outputs", op);
 	}
-	QTRY(q_chk(op, "srcTensor", src, QF(DT_INT8) | QMASK_E4M3, 0));
+	TRY(chk_fmt(op, "srcTensor", src, F(DT_INT8) | QMASK_E4M3, 0));
 	if (dstFormat != FMT_FRACTAL_NZ) {
 		return standin_violation(ACLNN_ERR_PARAM_INVALID, "stand-in-format-cast-nz", "%s: the stand-in casts to FRACTAL_NZ (29) only, not %d", op, dstFormat);
 	}
@@ -302,19 +162,20 @@ static void run_fcast(void *p, void *ws) {
 	fcast_args *a = p;
 	int64_t R = a->src.dims[0], C = a->src.dims[1], k1 = a->dst.storage[1];
 	uint8_t *d = a->dst.data;
-	memset(d, 0, (size_t)q_storage(&a->dst));
+	memset(d, 0, (size_t)tensor_storage(&a->dst));
 	for (int64_t r = 0; r < R; r++) {
 		for (int64_t c = 0; c < C; c++) {
-			uint8_t v = *(uint8_t *)q_ptr(&a->src, r * C + c);
+			uint8_t v = *(uint8_t *)ptr(&a->src, r * C + c);
 			d[((c / NZ_C0) * k1 + r / NZ_R0) * NZ_R0 * NZ_C0 + (r % NZ_R0) * NZ_C0 + c % NZ_C0] = v;
 		}
 	}
 }
 int aclnnNpuFormatCastGetWorkspaceSize(const aclTensor *src, aclTensor *dst, uint64_t *ws, aclOpExecutor **ex) {
 	const char *op = "aclnnNpuFormatCast";
-	QTRY(q_ctx(op, ws, ex));
-	QTRY(q_chk(op, "srcTensor", src, QF(DT_INT8) | QMASK_E4M3, 0));
-	QTRY(q_chk(op, "dstTensor", dst, QF(DT_INT8) | QMASK_E4M3, 1));
+	TRY(need_ctx(op));
+	TRY(outs(op, ws, ex));
+	TRY(chk_fmt(op, "srcTensor", src, F(DT_INT8) | QMASK_E4M3, 0));
+	TRY(chk_fmt(op, "dstTensor", dst, F(DT_INT8) | QMASK_E4M3, 1));
 	int64_t want[4];
 	if (src->ndim != 2 || dst->ndim != 2 || dst->dims[0] != src->dims[0] || dst->dims[1] != src->dims[1] || dst->dtype != src->dtype) {
 		return standin_violation(ACLNN_ERR_PARAM_INVALID, "format-cast-shapes", "%s: dst must have src's 2-D view shape and dtype", op);
@@ -327,9 +188,9 @@ int aclnnNpuFormatCastGetWorkspaceSize(const aclTensor *src, aclTensor *dst, uin
 		}
 	}
 	fcast_args a = {*src, *dst};
-	return q_exec(op, run_fcast, &a, sizeof a, ws, ex);
+	return new_exec(op, 0, run_fcast, &a, sizeof a, ws, ex);
 }
-QPHASE2(aclnnNpuFormatCast)
+PHASE2(aclnnNpuFormatCast)
 
 // ---- aclnnAscendQuantV3: y = round(x * scale + offset), int8 ----
 typedef struct {
@@ -339,29 +200,30 @@ typedef struct {
 static void run_aq(void *p, void *ws) {
 	(void)ws;
 	aq_args *a = p;
-	int64_t n = q_numel(&a->x), K = a->x.dims[a->x.ndim - 1], ns = q_numel(&a->scale);
+	int64_t n = numel(&a->x), K = a->x.dims[a->x.ndim - 1], ns = numel(&a->scale);
 	for (int64_t i = 0; i < n; i++) {
 		int64_t c = ns == 1 ? 0 : i % K;
-		float y = q_getf(&a->x, i) * q_getf(&a->scale, c);
+		float y = (float)get(&a->x, i) * (float)get(&a->scale, c);
 		if (a->has_offset) {
-			y = y + q_getf(&a->offset, c);
+			y = y + (float)get(&a->offset, c);
 		}
 		y = y < -128 ? -128 : y > 127 ? 127 : y;
-		*(int8_t *)q_ptr(&a->y, i) = (int8_t)nearbyintf(y);
+		*(int8_t *)ptr(&a->y, i) = (int8_t)nearbyintf(y);
 	}
 }
 int aclnnAscendQuantV3GetWorkspaceSize(const aclTensor *x, const aclTensor *scale, const aclTensor *offset, bool sqrtMode, const char *roundMode,
 				       int32_t dstType, int32_t axis, const aclTensor *y, uint64_t *ws, aclOpExecutor **ex) {
 	const char *op = "aclnnAscendQuantV3";
-	QTRY(q_ctx(op, ws, ex));
-	unsigned long long fl = QF(DT_FLOAT) | QF(DT_FLOAT16) | QF(DT_BF16);
-	QTRY(q_chk(op, "x", x, fl, 0));
-	QTRY(q_chk(op, "scale", scale, fl, 0));
+	TRY(need_ctx(op));
+	TRY(outs(op, ws, ex));
+	unsigned long long fl = F(DT_FLOAT) | F(DT_FLOAT16) | F(DT_BF16);
+	TRY(chk_fmt(op, "x", x, fl, 0));
+	TRY(chk_fmt(op, "scale", scale, fl, 0));
 	if (offset != NULL) {
-		QTRY(q_chk(op, "offset", offset, fl, 0));
+		TRY(chk_fmt(op, "offset", offset, fl, 0));
 	}
-	QTRY(q_chk(op, "y", y, QF(DT_INT8), 0));
-	if (scale->dtype != x->dtype || (offset != NULL && (offset->dtype != x->dtype || q_numel(offset) != q_numel(scale)))) {
+	TRY(chk_fmt(op, "y", y, F(DT_INT8), 0));
+	if (scale->dtype != x->dtype || (offset != NULL && (offset->dtype != x->dtype || numel(offset) != numel(scale)))) {
 		return standin_violation(ACLNN_ERR_PARAM_INVALID, "quant-scale-dtype", "%s: scale and offset have x's dtype and one shape", op);
 	}
 	if (sqrtMode || roundMode == NULL || strcmp(roundMode, "round") != 0 || dstType != DT_INT8) {
@@ -369,13 +231,13 @@ int aclnnAscendQuantV3GetWorkspaceSize(const aclTensor *x, const aclTensor *scal
 	}
 	int64_t K = x->ndim ? x->dims[x->ndim - 1] : 1;
 	if (x->ndim < 1 || (axis != -1 && axis != (int32_t)x->ndim - 1) || scale->ndim != 1 || (scale->dims[0] != 1 && scale->dims[0] != K) ||
-	    y->ndim != x->ndim || q_numel(y) != q_numel(x)) {
+	    y->ndim != x->ndim || numel(y) != numel(x)) {
 		return standin_violation(ACLNN_ERR_PARAM_INVALID, "ascend-quant-shapes", "%s: scale/offset of size 1 or x's last dim (axis -1), y x's shape", op);
 	}
 	aq_args a = {*x, *scale, offset ? *offset : *scale, *y, offset != NULL};
-	return q_exec(op, run_aq, &a, sizeof a, ws, ex);
+	return new_exec(op, 0, run_aq, &a, sizeof a, ws, ex);
 }
-QPHASE2(aclnnAscendQuantV3)
+PHASE2(aclnnAscendQuantV3)
 
 // ---- aclnnDynamicMxQuant (950): E4M3FN elements, E8M0 block scales ----
 typedef struct {
@@ -385,21 +247,21 @@ typedef struct {
 static void run_mxq(void *p, void *ws) {
 	(void)ws;
 	mxq_args *a = p;
-	int64_t K = a->x.dims[a->x.ndim - 1], M = q_numel(&a->x) / (K ? K : 1), B = a->block, nbe = a->s.dims[a->s.ndim - 1];
+	int64_t K = a->x.dims[a->x.ndim - 1], M = numel(&a->x) / (K ? K : 1), B = a->block, nbe = a->s.dims[a->s.ndim - 1];
 	for (int64_t m = 0; m < M; m++) {
 		for (int64_t b = 0; b < nbe; b++) {
 			float amax = 0;
 			int nan = 0;
 			for (int64_t k = b * B; k < (b + 1) * B && k < K; k++) {
-				float v = fabsf(q_getf(&a->x, m * K + k));
+				float v = fabsf((float)get(&a->x, m * K + k));
 				nan |= isnan(v);
 				amax = v > amax ? v : amax;
 			}
 			uint8_t s = b * B < K ? mx_scale(nan ? NAN : amax, a->alg) : 0; // padding scales are 0
-			*(uint8_t *)q_ptr(&a->s, m * nbe + b) = s;
+			*(uint8_t *)ptr(&a->s, m * nbe + b) = s;
 			float inv = s == 0xff ? NAN : ldexpf(1, 127 - (int)s);
 			for (int64_t k = b * B; k < (b + 1) * B && k < K; k++) {
-				*(uint8_t *)q_ptr(&a->y, m * K + k) = e4m3_enc(q_getf(&a->x, m * K + k) * inv);
+				*(uint8_t *)ptr(&a->y, m * K + k) = e4m3_enc((float)get(&a->x, m * K + k) * inv);
 			}
 		}
 	}
@@ -407,11 +269,12 @@ static void run_mxq(void *p, void *ws) {
 int aclnnDynamicMxQuantGetWorkspaceSize(const aclTensor *x, int64_t axis, char *roundMode, int64_t dstType, int64_t blocksize, int64_t scaleAlg,
 					const aclTensor *yOut, const aclTensor *mxscaleOut, uint64_t *ws, aclOpExecutor **ex) {
 	const char *op = "aclnnDynamicMxQuant";
-	QTRY(q_ctx(op, ws, ex));
-	QTRY(q_soc950(op));
-	QTRY(q_chk(op, "x", x, QF(DT_FLOAT) | QF(DT_FLOAT16) | QF(DT_BF16), 0));
-	QTRY(q_chk(op, "yOut", yOut, QMASK_E4M3, 0));
-	QTRY(q_chk(op, "mxscaleOut", mxscaleOut, QMASK_E8M0, 0));
+	TRY(need_ctx(op));
+	TRY(outs(op, ws, ex));
+	TRY(q_soc950(op));
+	TRY(chk_fmt(op, "x", x, F(DT_FLOAT) | F(DT_FLOAT16) | F(DT_BF16), 0));
+	TRY(chk_fmt(op, "yOut", yOut, QMASK_E4M3, 0));
+	TRY(chk_fmt(op, "mxscaleOut", mxscaleOut, QMASK_E8M0, 0));
 	if (dstType != DT_E4M3 || (roundMode != NULL && strcmp(roundMode, "rint") != 0)) {
 		return standin_violation(ACLNN_ERR_PARAM_INVALID, "mx-quant-mode", "%s: the stand-in implements dstType 36 (E4M3FN) with roundMode \"rint\" (FP8: rint only)", op);
 	}
@@ -434,9 +297,9 @@ int aclnnDynamicMxQuantGetWorkspaceSize(const aclTensor *x, int64_t axis, char *
 					 (long long)nbe);
 	}
 	mxq_args a = {*x, *yOut, *mxscaleOut, blocksize, scaleAlg};
-	return q_exec(op, run_mxq, &a, sizeof a, ws, ex);
+	return new_exec(op, 0, run_mxq, &a, sizeof a, ws, ex);
 }
-QPHASE2(aclnnDynamicMxQuant)
+PHASE2(aclnnDynamicMxQuant)
 
 // ---- aclnnQuantMatmulWeightNz / aclnnQuantMatmulV5 ----
 typedef struct {
@@ -449,7 +312,7 @@ static const void *x2at(const aclTensor *t, int64_t k, int64_t n) {
 		int64_t k1 = t->storage[1];
 		return (uint8_t *)t->data + ((n / NZ_C0) * k1 + k / NZ_R0) * NZ_R0 * NZ_C0 + (k % NZ_R0) * NZ_C0 + n % NZ_C0;
 	}
-	return q_ptr(t, k * t->dims[1] + n);
+	return ptr(t, k * t->dims[1] + n);
 }
 static void run_qmm(void *p, void *ws) {
 	(void)ws;
@@ -464,41 +327,42 @@ static void run_qmm(void *p, void *ws) {
 				for (int64_t kb = 0; kb * 32 < K; kb++) {
 					double dot = 0;
 					for (int64_t k = kb * 32; k < (kb + 1) * 32 && k < K; k++) {
-						dot += (double)e4m3_dec(*(uint8_t *)q_ptr(&a->x1, m * K + k)) * e4m3_dec(*(const uint8_t *)x2at(&a->x2, k, n));
+						dot += (double)e4m3_dec(*(uint8_t *)ptr(&a->x1, m * K + k)) * e4m3_dec(*(const uint8_t *)x2at(&a->x2, k, n));
 					}
-					uint8_t s1 = *(uint8_t *)q_ptr(&a->x1s, (m * a->x1s.dims[1] + kb / 2) * 2 + kb % 2);
-					uint8_t s2 = *(uint8_t *)q_ptr(&a->x2s, ((kb / 2) * N + n) * 2 + kb % 2);
+					uint8_t s1 = *(uint8_t *)ptr(&a->x1s, (m * a->x1s.dims[1] + kb / 2) * 2 + kb % 2);
+					uint8_t s2 = *(uint8_t *)ptr(&a->x2s, ((kb / 2) * N + n) * 2 + kb % 2);
 					acc += dot * e8m0_dec(s1) * e8m0_dec(s2);
 				}
 				r = (float)acc;
 				if (a->has_bias) {
-					r += q_getf(&a->bias, n);
+					r += (float)get(&a->bias, n);
 				}
 			} else {
 				int64_t acc = 0;
 				for (int64_t k = 0; k < K; k++) {
-					acc += (int64_t) * (int8_t *)q_ptr(&a->x1, m * K + k) * *(const int8_t *)x2at(&a->x2, k, n);
+					acc += (int64_t) * (int8_t *)ptr(&a->x1, m * K + k) * *(const int8_t *)x2at(&a->x2, k, n);
 				}
 				if (a->has_bias && a->bias.dtype == DT_INT32) {
-					acc += *(int32_t *)q_ptr(&a->bias, n);
+					acc += *(int32_t *)ptr(&a->bias, n);
 				}
-				r = (float)(int32_t)acc * q_getf(&a->x1s, m);
-				r = r * q_getf(&a->x2s, n);
+				r = (float)(int32_t)acc * (float)get(&a->x1s, m);
+				r = r * (float)get(&a->x2s, n);
 				if (a->has_bias && a->bias.dtype != DT_INT32) {
-					r += q_getf(&a->bias, n);
+					r += (float)get(&a->bias, n);
 				}
 			}
-			q_setf(&a->out, m * N + n, r);
+			set(&a->out, m * N + n, r);
 		}
 	}
 }
 static int qmm(const char *op, int needNz, const aclTensor *x1, const aclTensor *x2, const aclTensor *x1Scale, const aclTensor *x2Scale,
 	       const aclTensor *yScale, const aclTensor *x1Offset, const aclTensor *x2Offset, const aclTensor *yOffset, const aclTensor *bias,
 	       bool transposeX1, bool transposeX2, int64_t groupSize, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
-	QTRY(q_ctx(op, ws, ex));
-	QTRY(q_chk(op, "x1", x1, QF(DT_INT8) | QMASK_E4M3, 0));
+	TRY(need_ctx(op));
+	TRY(outs(op, ws, ex));
+	TRY(chk_fmt(op, "x1", x1, F(DT_INT8) | QMASK_E4M3, 0));
 	int mx = x1->dtype == DT_E4M3;
-	QTRY(q_chk(op, "x2", x2, mx ? QMASK_E4M3 : QF(DT_INT8), needNz || (x2 != NULL && x2->format == FMT_FRACTAL_NZ)));
+	TRY(chk_fmt(op, "x2", x2, mx ? QMASK_E4M3 : F(DT_INT8), needNz || (x2 != NULL && x2->format == FMT_FRACTAL_NZ)));
 	if (yScale != NULL || x1Offset != NULL || x2Offset != NULL || yOffset != NULL) {
 		return standin_violation(ACLNN_ERR_PARAM_INVALID, "qmm-null-offsets", "%s: yScale, x1Offset, x2Offset and yOffset must be NULL here", op);
 	}
@@ -519,12 +383,12 @@ static int qmm(const char *op, int needNz, const aclTensor *x1, const aclTensor 
 		}
 	}
 	if (mx) {
-		QTRY(q_soc950(op));
-		QTRY(q_chk(op, "x1Scale", x1Scale, QMASK_E8M0, 0));
-		QTRY(q_chk(op, "x2Scale", x2Scale, QMASK_E8M0, 0));
-		QTRY(q_chk(op, "out", out, QF(DT_FLOAT16) | QF(DT_BF16) | QF(DT_FLOAT), 0));
+		TRY(q_soc950(op));
+		TRY(chk_fmt(op, "x1Scale", x1Scale, QMASK_E8M0, 0));
+		TRY(chk_fmt(op, "x2Scale", x2Scale, QMASK_E8M0, 0));
+		TRY(chk_fmt(op, "out", out, F(DT_FLOAT16) | F(DT_BF16) | F(DT_FLOAT), 0));
 		if (bias != NULL) {
-			QTRY(q_chk(op, "bias", bias, QF(DT_FLOAT), 0));
+			TRY(chk_fmt(op, "bias", bias, F(DT_FLOAT), 0));
 		}
 		if (groupSize != 4295032864LL) {
 			return standin_violation(ACLNN_ERR_PARAM_INVALID, "mx-group-size", "%s: MX wants groupSize 4295032864 ([1,1,32]), got %lld", op, (long long)groupSize);
@@ -535,11 +399,11 @@ static int qmm(const char *op, int needNz, const aclTensor *x1, const aclTensor 
 			return standin_violation(ACLNN_ERR_PARAM_INVALID, "mx-scale-shapes", "%s: x1Scale (m, ceil(k/64), 2), x2Scale (ceil(k/64), n, 2)", op);
 		}
 	} else {
-		QTRY(q_chk(op, "x1Scale", x1Scale, QF(DT_FLOAT), 0));
-		QTRY(q_chk(op, "out", out, QF(DT_FLOAT16) | QF(DT_BF16), 0));
-		QTRY(q_chk(op, "x2Scale", x2Scale, out->dtype == DT_BF16 ? QF(DT_FLOAT) | QF(DT_BF16) : QF(DT_FLOAT), 0));
+		TRY(chk_fmt(op, "x1Scale", x1Scale, F(DT_FLOAT), 0));
+		TRY(chk_fmt(op, "out", out, F(DT_FLOAT16) | F(DT_BF16), 0));
+		TRY(chk_fmt(op, "x2Scale", x2Scale, out->dtype == DT_BF16 ? F(DT_FLOAT) | F(DT_BF16) : F(DT_FLOAT), 0));
 		if (bias != NULL) {
-			QTRY(q_chk(op, "bias", bias, out->dtype == DT_BF16 ? QF(DT_INT32) | QF(DT_BF16) | QF(DT_FLOAT) : QF(DT_INT32) | QF(DT_FLOAT16) | QF(DT_FLOAT), 0));
+			TRY(chk_fmt(op, "bias", bias, out->dtype == DT_BF16 ? F(DT_INT32) | F(DT_BF16) | F(DT_FLOAT) : F(DT_INT32) | F(DT_FLOAT16) | F(DT_FLOAT), 0));
 		}
 		if (groupSize != 0) {
 			return standin_violation(ACLNN_ERR_PARAM_INVALID, "qmm-group-size", "%s: per-channel/per-token mode wants groupSize 0", op);
@@ -555,7 +419,7 @@ static int qmm(const char *op, int needNz, const aclTensor *x1, const aclTensor 
 		return standin_violation(ACLNN_ERR_PARAM_INVALID, "qmm-shapes", "%s: out (m,n)", op);
 	}
 	qmm_args a = {*x1, *x2, *x1Scale, *x2Scale, bias ? *bias : *x1Scale, *out, bias != NULL, mx};
-	return q_exec(op, run_qmm, &a, sizeof a, ws, ex);
+	return new_exec(op, 0, run_qmm, &a, sizeof a, ws, ex);
 }
 int aclnnQuantMatmulWeightNzGetWorkspaceSize(const aclTensor *x1, const aclTensor *x2, const aclTensor *x1Scale, const aclTensor *x2Scale,
 					     const aclTensor *yScale, const aclTensor *x1Offset, const aclTensor *x2Offset, const aclTensor *yOffset,
@@ -564,14 +428,14 @@ int aclnnQuantMatmulWeightNzGetWorkspaceSize(const aclTensor *x1, const aclTenso
 	return qmm("aclnnQuantMatmulWeightNz", 1, x1, x2, x1Scale, x2Scale, yScale, x1Offset, x2Offset, yOffset, bias, transposeX1, transposeX2, groupSize,
 		   out, ws, ex);
 }
-QPHASE2(aclnnQuantMatmulWeightNz)
+PHASE2(aclnnQuantMatmulWeightNz)
 int aclnnQuantMatmulV5GetWorkspaceSize(const aclTensor *x1, const aclTensor *x2, const aclTensor *x1Scale, const aclTensor *x2Scale, const aclTensor *yScale,
 				       const aclTensor *x1Offset, const aclTensor *x2Offset, const aclTensor *yOffset, const aclTensor *bias, bool transposeX1,
 				       bool transposeX2, int64_t groupSize, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
 	return qmm("aclnnQuantMatmulV5", 0, x1, x2, x1Scale, x2Scale, yScale, x1Offset, x2Offset, yOffset, bias, transposeX1, transposeX2, groupSize, out, ws,
 		   ex);
 }
-QPHASE2(aclnnQuantMatmulV5)
+PHASE2(aclnnQuantMatmulV5)
 
 // ---- Stock math operators of the fp32 per-token quantization (quant.go
 // rowQuant): aclnnAbs, aclnnAmax (ops-math reduce_max/docs/aclnnAmax.md),
@@ -580,19 +444,7 @@ QPHASE2(aclnnQuantMatmulV5)
 // in self's dtype (aclnnAmax: "out 数据类型需要与self相同"), elementwise
 // outs of self's shape. Amax propagates NaN (torch.amax); Round is half to
 // even (torch.round); Divs divides in float32.
-#define QMASK_FLOATS (QF(DT_FLOAT) | QF(DT_FLOAT16) | QF(DT_BF16))
 
-static int q_same_shape(const aclTensor *a, const aclTensor *b) {
-	if (a->ndim != b->ndim) {
-		return 0;
-	}
-	for (uint64_t i = 0; i < a->ndim; i++) {
-		if (a->dims[i] != b->dims[i]) {
-			return 0;
-		}
-	}
-	return 1;
-}
 
 typedef struct {
 	aclTensor x, out;
@@ -602,9 +454,9 @@ typedef struct {
 static void run_ew(void *p, void *ws) {
 	(void)ws;
 	ew_args *a = p;
-	int64_t n = q_numel(&a->out);
+	int64_t n = numel(&a->out);
 	for (int64_t i = 0; i < n; i++) {
-		float v = q_getf(&a->x, i);
+		float v = (float)get(&a->x, i);
 		switch (a->kind) {
 		case 0:
 			v = fabsf(v);
@@ -615,34 +467,35 @@ static void run_ew(void *p, void *ws) {
 		default:
 			v = nearbyintf(v);
 		}
-		q_setf(&a->out, i, v);
+		set(&a->out, i, v);
 	}
 }
 static int q_elementwise(const char *op, int kind, const aclTensor *self, const aclScalar *s, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
-	QTRY(q_ctx(op, ws, ex));
-	QTRY(q_chk(op, "self", self, QMASK_FLOATS, 0));
-	QTRY(q_chk(op, "out", out, QMASK_FLOATS, 0));
+	TRY(need_ctx(op));
+	TRY(outs(op, ws, ex));
+	TRY(chk_fmt(op, "self", self, FLOATS, 0));
+	TRY(chk_fmt(op, "out", out, FLOATS, 0));
 	if (kind == 1 && (s == NULL || s->magic != SCALAR_MAGIC)) {
 		return standin_violation(ACLNN_ERR_PARAM_NULLPTR, "live-scalar", "%s: other is not a live aclScalar", op);
 	}
-	if (!q_same_shape(self, out) || (kind != 1 && out->dtype != self->dtype)) {
+	if (!same_shape(self, out) || (kind != 1 && out->dtype != self->dtype)) {
 		return standin_violation(ACLNN_ERR_PARAM_INVALID, "out-shape", "%s: out must have self's shape%s", op, kind != 1 ? " and dtype" : "");
 	}
 	ew_args a = {*self, *out, s ? s->v : 0, kind};
-	return q_exec(op, run_ew, &a, sizeof a, ws, ex);
+	return new_exec(op, 0, run_ew, &a, sizeof a, ws, ex);
 }
 int aclnnAbsGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
 	return q_elementwise("aclnnAbs", 0, self, NULL, out, ws, ex);
 }
-QPHASE2(aclnnAbs)
+PHASE2(aclnnAbs)
 int aclnnDivsGetWorkspaceSize(const aclTensor *self, const aclScalar *other, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
 	return q_elementwise("aclnnDivs", 1, self, other, out, ws, ex);
 }
-QPHASE2(aclnnDivs)
+PHASE2(aclnnDivs)
 int aclnnRoundGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
 	return q_elementwise("aclnnRound", 2, self, NULL, out, ws, ex);
 }
-QPHASE2(aclnnRound)
+PHASE2(aclnnRound)
 
 // aclnnAmax: the max over the dims in dim (each in [-ndim, ndim), none
 // twice; an empty list reduces all), out self's shape with those dims 1
@@ -654,7 +507,7 @@ typedef struct {
 static void run_amax(void *p, void *ws) {
 	(void)ws;
 	amax_args *a = p;
-	int64_t on = q_numel(&a->out), n = q_numel(&a->x);
+	int64_t on = numel(&a->out), n = numel(&a->x);
 	float *acc = malloc((on ? on : 1) * sizeof *acc);
 	for (int64_t i = 0; i < on; i++) {
 		acc[i] = -INFINITY;
@@ -669,21 +522,22 @@ static void run_amax(void *p, void *ws) {
 				mul *= a->x.dims[i];
 			}
 		}
-		float v = q_getf(&a->x, lin);
+		float v = (float)get(&a->x, lin);
 		if (isnan(v) || v > acc[o]) {
 			acc[o] = isnan(acc[o]) ? acc[o] : v;
 		}
 	}
 	for (int64_t i = 0; i < on; i++) {
-		q_setf(&a->out, i, acc[i]);
+		set(&a->out, i, acc[i]);
 	}
 	free(acc);
 }
 int aclnnAmaxGetWorkspaceSize(const aclTensor *self, const aclIntArray *dim, bool keepDim, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
 	const char *op = "aclnnAmax";
-	QTRY(q_ctx(op, ws, ex));
-	QTRY(q_chk(op, "self", self, QMASK_FLOATS, 0));
-	QTRY(q_chk(op, "out", out, QMASK_FLOATS, 0));
+	TRY(need_ctx(op));
+	TRY(outs(op, ws, ex));
+	TRY(chk_fmt(op, "self", self, FLOATS, 0));
+	TRY(chk_fmt(op, "out", out, FLOATS, 0));
 	if (dim == NULL || dim->magic != INTARRAY_MAGIC) {
 		return standin_violation(ACLNN_ERR_PARAM_NULLPTR, "live-intarray", "%s: dim is not a live aclIntArray", op);
 	}
@@ -718,6 +572,6 @@ int aclnnAmaxGetWorkspaceSize(const aclTensor *self, const aclIntArray *dim, boo
 		return standin_violation(ACLNN_ERR_PARAM_INVALID, "amax-out-shape", "%s: out must be self's shape with the dims reduced (kept as 1 with keepDim)",
 					 op);
 	}
-	return q_exec(op, run_amax, &a, sizeof a, ws, ex);
+	return new_exec(op, 0, run_amax, &a, sizeof a, ws, ex);
 }
-QPHASE2(aclnnAmax)
+PHASE2(aclnnAmax)
