@@ -129,8 +129,8 @@ func runServe(c *cli.Context) error {
 		if graphs.Decode && slices.Contains(config.GraphBackends, plan.Device.Backend) {
 			logrus.Warnf("--compilation-config: decode graphs with tensor, data or expert parallelism are not implemented yet; every step runs eagerly")
 		}
-		if spec != nil {
-			return usageError("serve: --speculative-config: MTP speculative decoding with tensor, data or expert parallelism is not implemented yet; run with TP=DP=EP=1")
+		if spec != nil && os.Getenv(dp.RankEnv) == "" { // once, not in each rank process
+			logSpeculative(spec)
 		}
 		return runServeParallel(args, dir, modelCfg, gen, plan)
 	}

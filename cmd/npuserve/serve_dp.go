@@ -86,6 +86,14 @@ func rankSpec(args *config.EngineArgs, dir string, mc *config.ModelConfig, gen *
 	} else {
 		spec.ModelDir, spec.Load = dir, glm5next.LoadOptions{DType: dtype, Quantization: config.LoaderQuantization(args.Quantization)}
 	}
+	sp, err := config.ParseSpeculative(args.SpeculativeConfig)
+	if err != nil {
+		return dp.RankSpec{}, err
+	}
+	if sp != nil {
+		// Every rank loads (or, dummy, draws) its share of the MTP layer.
+		spec.Load.MTP, spec.Engine.NumSpeculativeTokens = true, sp.NumSpeculativeTokens
+	}
 	return spec, nil
 }
 

@@ -25,7 +25,9 @@ type CollectiveModel = model.Collective
 //  2. If any rank is closing: every rank stops (the whole DP group shuts
 //     down together; requests in flight end with FinishReason "abort").
 //  3. Else if any rank has work: every rank runs exactly one forward, a
-//     real step or, when it has nothing scheduled, the model's DummyStep.
+//     real step or, when it has nothing scheduled, the model's DummyStep
+//     (with speculative decoding: one speculative step, or SpecDummyStep,
+//     each running the draft layer K times).
 //  4. Else every rank waits up to IdleWait for a request, then syncs again.
 //
 // The decision to run a forward is taken from the Sync result, which is
@@ -110,7 +112,14 @@ func (e *Engine) safeLockstepStep(hasWork bool) (fatal error) {
 			return nil
 		}
 	}
-	if err := e.model.(CollectiveModel).DummyStep(e.cache); err != nil {
+	var err error
+	if sc, ok := e.spec.(model.SpecCollective); ok {
+		// Speculative steps run the draft layer K times: so does the dummy.
+		err = sc.SpecDummyStep(e.cache, e.opt.NumSpeculativeTokens)
+	} else {
+		err = e.model.(CollectiveModel).DummyStep(e.cache)
+	}
+	if err != nil {
 		return fmt.Errorf("engine: lockstep dummy step failed: %w", err)
 	}
 	e.counters.dummy++

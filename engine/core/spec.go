@@ -28,8 +28,8 @@ func checkSpeculative(m Model, opt *Options) (model.Speculative, error) {
 	if !ok || !sm.CanDraft() {
 		return nil, errors.New("engine: speculative decoding needs a model with an MTP draft layer (load it with the speculative config)")
 	}
-	if collective(m) || opt.Lockstep != nil {
-		return nil, errors.New("engine: speculative decoding with tensor, expert or data parallelism is not implemented yet; run with TP=DP=EP=1")
+	if _, ok := m.(model.SpecCollective); opt.Lockstep != nil && !ok {
+		return nil, errors.New("engine: speculative decoding in a DP lockstep group needs a model whose speculative steps keep the ranks' collectives in step (model.SpecCollective)")
 	}
 	return sm, nil
 }

@@ -723,6 +723,16 @@ func (h *Head) Stats() core.Stats {
 			for k, v := range x.FinishedByReason {
 				s.FinishedByReason[k] += v
 			}
+			s.NumSpeculativeTokens = max(s.NumSpeculativeTokens, x.NumSpeculativeTokens)
+			s.SpecDrafts += x.SpecDrafts
+			s.SpecDraftTokens += x.SpecDraftTokens
+			s.SpecAcceptedTokens += x.SpecAcceptedTokens
+			for len(s.SpecAcceptedPerPos) < len(x.SpecAcceptedPerPos) {
+				s.SpecAcceptedPerPos = append(s.SpecAcceptedPerPos, 0)
+			}
+			for i, v := range x.SpecAcceptedPerPos {
+				s.SpecAcceptedPerPos[i] += v
+			}
 		} else {
 			x = st.stats
 		}

@@ -31,6 +31,10 @@ type Settings struct {
 	// DummySeed is --seed under --load-format dummy: it draws the random
 	// weights, so every rank needs the same one (0 otherwise).
 	DummySeed int64 `json:"dummy_seed"`
+	// NumSpeculativeTokens is --speculative-config's num_speculative_tokens
+	// (0: off): under expert parallelism every rank's step runs the MTP
+	// layer that many times.
+	NumSpeculativeTokens int `json:"num_speculative_tokens"`
 }
 
 // SettingsFrom collects the settings of a node from its engine args, its
@@ -55,6 +59,13 @@ func SettingsFrom(a *config.EngineArgs, mc *config.ModelConfig, p *config.Plan) 
 	}
 	if a.LoadFormat == "dummy" {
 		s.DummySeed = a.Seed
+	}
+	sp, err := config.ParseSpeculative(a.SpeculativeConfig)
+	if err != nil {
+		return Settings{}, err
+	}
+	if sp != nil {
+		s.NumSpeculativeTokens = sp.NumSpeculativeTokens
 	}
 	if p != nil {
 		s.MaxModelLen = p.Scheduler.MaxModelLen
@@ -90,6 +101,7 @@ func (s Settings) list() []setting {
 		{"--load-format", s.LoadFormat},
 		{"--device", s.Device},
 		{"--seed (with --load-format dummy)", strconv.FormatInt(s.DummySeed, 10)},
+		{"--speculative-config (num_speculative_tokens)", strconv.Itoa(s.NumSpeculativeTokens)},
 	}
 }
 

@@ -231,6 +231,19 @@ type Speculative interface {
 	SpecCommit(c Cache, sc *SpecCommit) ([][]int32, error)
 }
 
+// SpecCollective is a Speculative model whose speculative steps run
+// collectives with other ranks' different batches (expert parallelism
+// across DP ranks in lockstep): every rank's step must reach the same
+// collectives, so SpecCommit runs the draft layer exactly K times whatever
+// its batch (with no rows where nothing drafts), and a rank with nothing
+// scheduled runs SpecDummyStep instead of DummyStep.
+type SpecCollective interface {
+	Speculative
+	// SpecDummyStep is DummyStep followed by k draft-layer forwards with
+	// no rows of this rank's own.
+	SpecDummyStep(c Cache, k int) error
+}
+
 // SpecCommit says what every sequence of a SpecForward batch keeps.
 type SpecCommit struct {
 	// K is the number of tokens to draft per drafting sequence.

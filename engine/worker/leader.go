@@ -17,8 +17,9 @@ import (
 // The TP group's leader drives its followers with broadcasts over the TP
 // communicator: every command is a fixed-size header, and a forward's
 // batch description follows as one I32 payload. Followers run exactly the
-// leader's sequence of NewCache, Forward and DummyStep calls, so every
-// collective inside the model is reached by every TP rank.
+// leader's sequence of NewCache, Forward and DummyStep calls (and of the
+// speculative SpecForward, SpecCommit and SpecDummyStep: spec.go), so
+// every collective inside the model is reached by every TP rank.
 
 // Commands (header word 0).
 const (
@@ -30,6 +31,10 @@ const (
 	cmdReduce  = 6 // ReduceLogits(hdr[1] = k, hdr[2] payload words, hdr[3] rows)
 	cmdGather  = 7 // GatherLogits of the last Forward
 	cmdQuery   = 8 // QueryLogits(hdr[1] = queries, hdr[2] payload words)
+
+	cmdSpecForward = 9  // SpecForward(hdr[1] backups, hdr[2] payload words: the batch, then the backups)
+	cmdSpecCommit  = 10 // SpecCommit(hdr[2] payload words)
+	cmdSpecDummy   = 11 // SpecDummyStep(hdr[1] = k)
 )
 
 // KeepaliveInterval is how often an idle leader tells its followers it is
@@ -228,17 +233,16 @@ func Follow(m *glm5next.Model, tp hccl.Comm) (err error) {
 	}
 	defer be.Free(hdr)
 	shardLogits(m)
-	var payload, last *npu.Tensor // last: the last Forward's sharded logits
-	var cache *glm5next.Cache
+	f := &follower{m: m}
 	defer func() {
-		if payload != nil {
-			be.Free(payload)
+		if f.payload != nil {
+			be.Free(f.payload)
 		}
-		if last != nil {
-			be.Free(last)
+		if f.last != nil {
+			be.Free(f.last)
 		}
-		if cache != nil {
-			cache.Free(be)
+		if f.cache != nil {
+			f.cache.Free(be)
 		}
 		if p := recover(); p != nil {
 			err = fmt.Errorf("worker: TP follower %d: %v", tp.Rank(), p)
@@ -265,25 +269,25 @@ func Follow(m *glm5next.Model, tp hccl.Comm) (err error) {
 		}
 		switch h[0] {
 		case cmdCache:
-			if cache != nil {
-				cache.Free(be)
-				cache = nil
+			if f.cache != nil {
+				f.cache.Free(be)
+				f.cache = nil
 			}
 			c, err := m.NewCache(int(h[1]), int(h[2]), int(h[3]))
 			if err != nil {
 				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
-			cache = c
+			f.cache = c
 		case cmdForward:
 			n := int(h[1])
-			if payload, err = growI32(be, payload, n); err != nil {
+			if f.payload, err = growI32(be, f.payload, n); err != nil {
 				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
-			p := payload.Rows(0, n)
+			p := f.payload.Rows(0, n)
 			if err := npu.RunOnStream(be, func() error { return tp.Broadcast(p, 0) }); err != nil {
 				return fmt.Errorf("worker: TP follower %d receiving a batch: %w", tp.Rank(), err)
 			}
-			if cache == nil {
+			if f.cache == nil {
 				return fmt.Errorf("worker: TP follower %d: a batch before any cache", tp.Rank())
 			}
 			words, err := npu.DownloadI32(be, p)
@@ -294,25 +298,25 @@ func Follow(m *glm5next.Model, tp hccl.Comm) (err error) {
 			if err != nil {
 				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
-			if last != nil {
-				be.Free(last)
-				last = nil
+			if f.last != nil {
+				be.Free(f.last)
+				f.last = nil
 			}
-			logits, err := m.Forward(cache, b)
+			logits, err := m.Forward(f.cache, b)
 			if err != nil {
 				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
 			if _, _, sharded := m.VocabShard(); sharded {
-				last = logits // the leader reduces or gathers it next
+				f.last = logits // the leader reduces or gathers it next
 			} else {
 				be.Free(logits)
 			}
 		case cmdReduce, cmdGather:
-			if last == nil {
+			if f.last == nil {
 				return fmt.Errorf("worker: TP follower %d: a logits reduction without sharded logits", tp.Rank())
 			}
 			if h[0] == cmdGather {
-				full, err := m.GatherShards(last)
+				full, err := m.GatherShards(f.last)
 				if err != nil {
 					return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), collectiveFailed("gathering the logits", err))
 				}
@@ -320,10 +324,10 @@ func Follow(m *glm5next.Model, tp hccl.Comm) (err error) {
 				break
 			}
 			k, n, rows := int(h[1]), int(h[2]), int(h[3])
-			if rows != last.Dim(0) {
-				return fmt.Errorf("worker: TP follower %d: a reduction of %d rows for logits of %d", tp.Rank(), rows, last.Dim(0))
+			if rows != f.last.Dim(0) {
+				return fmt.Errorf("worker: TP follower %d: a reduction of %d rows for logits of %d", tp.Rank(), rows, f.last.Dim(0))
 			}
-			words, err := recvPayload(be, tp, &payload, n, "a reduction")
+			words, err := recvPayload(be, tp, &f.payload, n, "a reduction")
 			if err != nil {
 				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
@@ -332,7 +336,7 @@ func Follow(m *glm5next.Model, tp hccl.Comm) (err error) {
 				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
 			lo, hi, _ := m.VocabShard()
-			parts, err := reduceShard(be, last, lo, hi, k, touched)
+			parts, err := reduceShard(be, f.last, lo, hi, k, touched)
 			if err != nil {
 				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
@@ -342,10 +346,10 @@ func Follow(m *glm5next.Model, tp hccl.Comm) (err error) {
 				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
 		case cmdQuery:
-			if last == nil {
+			if f.last == nil {
 				return fmt.Errorf("worker: TP follower %d: sampling queries without sharded logits", tp.Rank())
 			}
-			words, err := recvPayload(be, tp, &payload, int(h[2]), "sampling queries")
+			words, err := recvPayload(be, tp, &f.payload, int(h[2]), "sampling queries")
 			if err != nil {
 				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
@@ -353,7 +357,7 @@ func Follow(m *glm5next.Model, tp hccl.Comm) (err error) {
 			if err != nil {
 				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
-			parts, err := model.EnqueueQueries(be, last, rows, qs)
+			parts, err := model.EnqueueQueries(be, f.last, rows, qs)
 			if err != nil {
 				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
@@ -362,11 +366,25 @@ func Follow(m *glm5next.Model, tp hccl.Comm) (err error) {
 			if err != nil {
 				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
+		case cmdSpecForward, cmdSpecCommit:
+			words, err := recvPayload(be, tp, &f.payload, int(h[2]), "a speculative step")
+			if err == nil && h[0] == cmdSpecForward {
+				err = f.specForward(words, int(h[1]))
+			} else if err == nil {
+				err = f.specCommit(words)
+			}
+			if err != nil {
+				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
+			}
+		case cmdSpecDummy:
+			if err := f.specDummy(int(h[1])); err != nil {
+				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
+			}
 		case cmdDummy:
-			if cache == nil {
+			if f.cache == nil {
 				return fmt.Errorf("worker: TP follower %d: a dummy step before any cache", tp.Rank())
 			}
-			if err := m.DummyStep(cache); err != nil {
+			if err := m.DummyStep(f.cache); err != nil {
 				return fmt.Errorf("worker: TP follower %d: %w", tp.Rank(), err)
 			}
 		case cmdNoop:

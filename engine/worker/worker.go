@@ -53,6 +53,8 @@ type Config struct {
 	// The model: a checkpoint directory (ModelDir, read with Load; its
 	// Parallel is set by Start), or random weights for Random's config
 	// (RandomDType, Seed; the rank's slices of NewRandom's weights).
+	// Load.MTP loads the MTP layer (a random one, seeded Seed+1, with
+	// Random), for Engine.NumSpeculativeTokens.
 	ModelDir    string
 	Load        glm5next.LoadOptions
 	Random      *config.ModelConfig
@@ -128,6 +130,12 @@ func Start(cfg Config) (*Rank, error) {
 		lo := cfg.Load
 		lo.Parallel = par
 		m, err = glm5next.Load(be, cfg.ModelDir, lo)
+	}
+	if err == nil && cfg.Random != nil && cfg.Load.MTP {
+		// As --load-format dummy does on one rank (glm5next's opener).
+		if err = m.AddRandomMTP(cfg.Seed + 1); err != nil {
+			m.Close()
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("worker: rank %d: %w", g.World.Rank(), err)

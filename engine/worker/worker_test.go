@@ -59,6 +59,9 @@ type childSpec struct {
 	Topo     worker.Topology
 	Idle     bool     // DP rank 1 gets no requests at all
 	Fixtures []string // fixture directories, run in turn
+	// Spec > 0 serves with MTP speculative decoding, Spec drafts per step
+	// (fixtures with an MTP layer; the scripted check is skipped).
+	Spec int
 	// Victim: DP rank 1 prints "STEPPING" once its engine is running and
 	// waits to be killed; rank 0 serves a long request and reports how it
 	// ended (TestRankDeathFailsFast).
@@ -95,6 +98,35 @@ func TestDeployments(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			deploy(t, childSpec{Topo: tc.topo, Idle: tc.idle, Fixtures: dirs})
+		})
+	}
+}
+
+// TestDeploymentsSpeculative: MTP speculative decoding (k = 3) through
+// TP2, EP2 (DP2 in lockstep, one DP rank idle too) and DP2×TP2 with EP4,
+// as separate processes, emits the golden single-rank greedy tokens of the
+// trained fixture with its trained MTP layer, with drafts accepted.
+func TestDeploymentsSpeculative(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process deployments")
+	}
+	dir := filepath.Join(fixtures, "trained-mtp")
+	if _, err := os.Stat(filepath.Join(dir, "golden.json")); err != nil {
+		t.Skipf("fixture trained-mtp missing: %v", err)
+	}
+	cases := []struct {
+		name string
+		topo worker.Topology
+		idle bool
+	}{
+		{"TP2", worker.Topology{DP: 1, TP: 2}, false},
+		{"DP2 EP2", worker.Topology{DP: 2, TP: 1, EP: true}, false},
+		{"DP2 EP2 idle DP rank", worker.Topology{DP: 2, TP: 1, EP: true}, true},
+		{"DP2 TP2 EP4", worker.Topology{DP: 2, TP: 2, EP: true}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			deploy(t, childSpec{Topo: tc.topo, Idle: tc.idle, Fixtures: []string{dir}, Spec: 3})
 		})
 	}
 }
@@ -226,12 +258,12 @@ func runChild(js string) int {
 	var mismatches []string
 	for _, dir := range s.Fixtures {
 		g, err := readGolden(dir)
-		if err == nil {
+		if err == nil && s.Spec == 0 {
 			var ms []string
 			ms, err = scripted(s, groups, dir, g)
 			mismatches = append(mismatches, ms...)
 		}
-		if err == nil {
+		if err == nil && s.Spec == 0 {
 			err = world.Barrier()
 		}
 		if err == nil {
@@ -421,8 +453,8 @@ func served(s childSpec, groups *worker.Groups, dir string, g *golden) ([]string
 	d, tr := s.Rank/s.Topo.TP, s.Rank%s.Topo.TP
 	r, err := worker.Start(worker.Config{
 		Topology: s.Topo, DPRank: d, TPRank: tr, Groups: groups,
-		ModelDir: dir, Load: glm5next.LoadOptions{DType: "float32"}, Threads: 1,
-		Engine: core.Options{MaxNumSeqs: 4, MaxNumBatchedTokens: 24, NumBlocks: 64},
+		ModelDir: dir, Load: glm5next.LoadOptions{DType: "float32", MTP: s.Spec > 0}, Threads: 1,
+		Engine: core.Options{MaxNumSeqs: 4, MaxNumBatchedTokens: 24, NumBlocks: 64, NumSpeculativeTokens: s.Spec},
 	})
 	if err != nil {
 		return nil, err
@@ -489,6 +521,9 @@ func served(s childSpec, groups *worker.Groups, dir string, g *golden) ([]string
 	st := e.Stats()
 	if s.Idle && d == 1 && (st.DummySteps == 0 || st.Steps != 0) {
 		bad = append(bad, fmt.Sprintf("%s idle DP rank: %d dummy steps, %d steps; want dummy steps only", filepath.Base(dir), st.DummySteps, st.Steps))
+	}
+	if s.Spec > 0 && (!s.Idle || d == 0) && (st.SpecDrafts == 0 || st.SpecAcceptedTokens == 0) {
+		bad = append(bad, fmt.Sprintf("%s DP rank %d: %d drafts, %d accepted tokens; want drafts accepted", filepath.Base(dir), d, st.SpecDrafts, st.SpecAcceptedTokens))
 	}
 	if s.Idle && d == 0 && (st.DummySteps != 0 || st.Steps == 0) {
 		bad = append(bad, fmt.Sprintf("%s busy DP rank: %d steps, %d dummy steps; want real steps only", filepath.Base(dir), st.Steps, st.DummySteps))

@@ -8,7 +8,7 @@ import (
 	"github.com/npuserve/npuserve/npu"
 )
 
-var _ model.Speculative = engineModel{}
+var _ model.SpecCollective = engineModel{}
 
 // specPending is a SpecForward batch awaiting its SpecCommit.
 type specPending struct {
@@ -147,23 +147,61 @@ func (e engineModel) SpecCommit(mc model.Cache, sc *model.SpecCommit) (drafts []
 		}
 	}
 	drafts = make([][]int32, len(sc.Seqs))
+	// An expert-parallel rank runs the MTP layer sc.K times in every step
+	// (model.SpecCollective): the forwards below, then idle ones.
+	forwards := 0
+	pad := func() {
+		if m.par.ep() {
+			for ; forwards < sc.K; forwards++ {
+				m.idleMTP()
+			}
+		}
+	}
 	if len(hrows) == 0 {
+		pad()
 		return drafts, nil
 	}
 	h := m.ws.get("spec.h", npu.F32, len(hrows), m.d.D)
 	be.Gather(h, p.hidden, m.ws.upload("spec.hrows", hrows))
 	if len(drafting) == 0 {
 		l, g := m.mtpForward(c, &ext, h, m.ws.upload("mtp.ids", ext.Tokens), nil)
+		forwards++
 		be.Free(l)
 		be.Free(g)
+		pad()
 		return drafts, nil
 	}
 	d, err := m.draft(c, &ext, h, drafting, sc.K)
 	if err != nil {
 		return nil, err
 	}
+	forwards += sc.K
+	pad()
 	for j, i := range at {
 		drafts[i] = d[j]
 	}
 	return drafts, nil
+}
+
+// SpecDummyStep runs DummyStep, then k MTP forwards without rows
+// (model.SpecCollective): an expert-parallel rank with nothing scheduled
+// still serves the other ranks' rows in every MoE of their speculative
+// step.
+func (e engineModel) SpecDummyStep(mc model.Cache, k int) (err error) {
+	m := e.Model
+	if m.mtp == nil {
+		return errors.New("glm5next: speculative decoding needs an MTP layer")
+	}
+	if err := m.DummyStep(mc.(*Cache)); err != nil {
+		return err
+	}
+	defer func() {
+		if e := stepFailure(recover()); e != nil {
+			err = e
+		}
+	}()
+	for range k {
+		m.idleMTP()
+	}
+	return nil
 }

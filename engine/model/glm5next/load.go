@@ -116,7 +116,7 @@ func loadCheckpoint(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Che
 	form := detectForm(ck.Names(), cfg)
 	sp := specs(cfg, form)
 	if opt.MTP {
-		if err := checkMTP(cfg, ck.Names(), m.par); err != nil {
+		if err := checkMTP(cfg, ck.Names()); err != nil {
 			return nil, err
 		}
 		sp = append(sp, mtpSpecs(cfg, form)...)

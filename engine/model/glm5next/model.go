@@ -28,6 +28,9 @@ type Model struct {
 	lmHead *linear     // [V, D] (the embedding when tied)
 	layers []*layer
 	mtp    *mtpWeights // the MTP draft layer (nil: not loaded)
+	// mtpVocab: the MTP layer's embedding lookup on a vocabulary-parallel
+	// rank (made at its first forward).
+	mtpVocab *mtpVocab
 
 	hc     npu.HCParams
 	gate   npu.KDAGateParams

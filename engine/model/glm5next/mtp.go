@@ -39,13 +39,10 @@ func mtpSpecs(c *config.ModelConfig, f weightForm) []spec {
 
 // checkMTP reports why the MTP layer cannot be loaded from a checkpoint
 // with these tensor names.
-func checkMTP(c *config.ModelConfig, names []string, par *parallel) error {
+func checkMTP(c *config.ModelConfig, names []string) error {
 	L := c.NumHiddenLayers
 	if c.NumNextnPredictLayers < 1 {
 		return fmt.Errorf("glm5next: speculative decoding (method mtp) needs an MTP layer, but config.json has num_nextn_predict_layers = %d", c.NumNextnPredictLayers)
-	}
-	if par.tp() || par.ep() {
-		return fmt.Errorf("glm5next: speculative decoding (MTP) with tensor or expert parallelism is not implemented yet")
 	}
 	want := fmt.Sprintf("layers.%d.eh_proj.weight", L)
 	for _, n := range names {
@@ -92,16 +89,21 @@ func (m *Model) AddRandomMTP(seed int64) error {
 	if m.mtp != nil {
 		return fmt.Errorf("glm5next: the model already has an MTP layer")
 	}
-	if m.par != nil {
-		return fmt.Errorf("glm5next: random MTP layers of a parallel model are not implemented")
-	}
 	cfg := *m.cfg
 	if cfg.NumNextnPredictLayers < 1 {
 		cfg.NumNextnPredictLayers = 1
 	}
 	form := weightForm{fusedConv: true, fusedExperts: true}
 	t := map[string]*npu.Tensor{}
-	for _, s := range mtpSpecs(&cfg, form) {
+	sp := mtpSpecs(&cfg, form)
+	if m.par != nil {
+		// A rank's slices of the layer one rank would draw (NewRandomParallel).
+		sp = m.par.shard(sp, &cfg)
+	}
+	for _, s := range sp {
+		if s.skip {
+			continue
+		}
 		vals := randomInit(s, &cfg, 0.02, seed)
 		if strings.HasSuffix(s.name, "norm.weight") {
 			// Unit norms would make the draft independent of which norm is
@@ -116,7 +118,12 @@ func (m *Model) AddRandomMTP(seed int64) error {
 				vals[i] *= 4 // a livelier block than initializer_range gives
 			}
 		}
-		x, err := m.be.FromHost(npu.F32, npu.EncodeFloats(vals, npu.F32), s.shape...)
+		data, shape := npu.EncodeFloats(vals, npu.F32), s.shape
+		if s.slice != nil {
+			data = s.slice.Cut(data, s.shape, npu.F32.Size())
+			shape, _ = s.slice.Shape(s.shape)
+		}
+		x, err := m.be.FromHost(npu.F32, data, shape...)
 		if err != nil {
 			for _, y := range t {
 				m.be.Free(y)
@@ -124,6 +131,9 @@ func (m *Model) AddRandomMTP(seed int64) error {
 			return err
 		}
 		t[s.name] = x
+	}
+	if m.par != nil {
+		m.par.renameExperts(t)
 	}
 	a := newAssembler(m.be, t)
 	err := func() (err error) {
@@ -197,10 +207,11 @@ func (m *Model) mtpForward(c *Cache, b *Batch, h, ids *npu.Tensor, share *mtpSha
 		fail(err)
 	}
 	if T == 0 {
+		m.idleMTP()
 		return logits, g
 	}
 	e := m.ws.get("mtp.e", npu.F32, T, d.D)
-	be.Embedding(e, m.embed, ids)
+	m.mtpEmbedding(e, ids)
 	L := &b.Layout
 	for s := range L.NumSeqs() {
 		if L.Pos[s] == 0 && L.SeqRows(s) > 0 {
@@ -232,6 +243,7 @@ func (m *Model) mtpForward(c *Cache, b *Batch, h, ids *npu.Tensor, share *mtpSha
 	a := m.ws.get("mtp.a", npu.F32, T, d.D)
 	be.Add(a, u0, out)
 	if R == 0 {
+		m.idleMTP()
 		return logits, g
 	}
 	// Only the attention half writes the cache: the MoE half runs on the
@@ -249,6 +261,65 @@ func (m *Model) mtpForward(c *Cache, b *Batch, h, ids *npu.Tensor, share *mtpSha
 	u1 := m.ws.get("mtp.u1", npu.F32, R, d.D)
 	be.Add(u1, rows, f)
 	be.RMSNorm(g, u1, w.headNorm, d.RMSEps)
-	m.lmLogits(logits, g)
+	m.wholeLogits(logits, g)
 	return logits, g
+}
+
+// mtpVocab is a vocabulary-parallel rank's embedding lookup for ids on
+// the device (the draft chain's ids never reach the host): local maps
+// every id to its row of table, this rank's rows of the embedding plus a
+// zero row that every other rank's id maps to, so the TP group's sum of
+// the looked-up rows is the embedding (exactly: one term is not zero).
+type mtpVocab struct {
+	local *npu.Tensor // I32 [V, 1]
+	table *npu.Tensor // [vHi-vLo+1, D], the embedding's dtype
+}
+
+// mtpEmbedding looks ids (I32 [T], on the device) up into e [T, D]: on a
+// vocabulary-parallel rank through mtpVocab and a TP all-reduce.
+func (m *Model) mtpEmbedding(e, ids *npu.Tensor) {
+	be := m.be
+	if m.par == nil || !m.par.vocab {
+		be.Embedding(e, m.embed, ids)
+		return
+	}
+	if m.mtpVocab == nil {
+		v, err := m.newMTPVocab()
+		if err != nil {
+			fail(err)
+		}
+		m.mtpVocab = v
+	}
+	T := ids.Numel()
+	loc := m.ws.get("mtp.local", npu.I32, T, 1)
+	be.Gather(loc, m.mtpVocab.local, ids)
+	be.Embedding(e, m.mtpVocab.table, loc.Reshape(T))
+	m.tpAllReduce(e)
+}
+
+// newMTPVocab builds mtpVocab (once, at the first MTP forward): one more
+// copy of this rank's embedding rows, (V/TP+1)·D elements, and V ids.
+func (m *Model) newMTPVocab() (*mtpVocab, error) {
+	be, p := m.be, m.par
+	V, n, D := p.full.V, p.vHi-p.vLo, m.embed.Dim(1)
+	local := make([]int32, V)
+	for id := range local {
+		local[id] = int32(n)
+		if id >= p.vLo && id < p.vHi {
+			local[id] = int32(id - p.vLo)
+		}
+	}
+	l, err := be.FromHost(npu.I32, npu.EncodeInt32s(local), V, 1)
+	if err != nil {
+		return nil, err
+	}
+	dt := m.embed.DType()
+	t, err := be.FromHost(dt, make([]byte, (n+1)*D*dt.Size()), n+1, D)
+	if err != nil {
+		be.Free(l)
+		return nil, err
+	}
+	be.Copy(t.Rows(0, n), m.embed)
+	m.owned = append(m.owned, l, t)
+	return &mtpVocab{local: l, table: t}, nil
 }

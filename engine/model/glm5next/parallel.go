@@ -238,7 +238,9 @@ func (m *Model) Collective() bool { return m.par.tp() || m.par.ep() }
 // their full checkpoint shapes), by the spec table's rules: under expert
 // parallelism a routed expert's tensors whole on its owner (a stacked
 // tensor's rows of this rank's experts), else the TP share
-// (config.Shard). The MTP layer is loaded whole (no MTP under TP or EP).
+// (config.Shard). The MTP layer's block shards like a trunk layer's (its
+// attention heads and shared expert by TP, its routed experts by EP); its
+// enorm, hnorm, eh_proj and shared_head norm are replicated.
 func (p *parallel) shard(sp []spec, _ *config.ModelConfig) []spec {
 	out := make([]spec, 0, len(sp))
 	for _, s := range sp {
@@ -251,9 +253,6 @@ func (p *parallel) shard(sp []spec, _ *config.ModelConfig) []spec {
 // sliceOf is how this rank loads the tensor t: a slice, skip (another EP
 // rank's expert), or whole (nil, false).
 func (p *parallel) sliceOf(t config.TensorSpec) (*loader.Slice, bool) {
-	if t.MTP {
-		return nil, false
-	}
 	if t.Routed && p.ep() {
 		if t.Stacked {
 			return loader.Rows(p.first, p.first+p.n), false
@@ -418,6 +417,18 @@ func (m *Model) lmLogits(logits, hn *npu.Tensor) {
 		m.linear(logits, hn, m.lmHead)
 		return
 	}
+	m.wholeLogits(logits, hn)
+}
+
+// wholeLogits is lmLogits into whole rows [R, V] whether or not Forward's
+// logits stay sharded: the MTP layer's logits, whose greedy drafts every
+// TP rank needs (the same ids on every rank, from the same gathered
+// values).
+func (m *Model) wholeLogits(logits, hn *npu.Tensor) {
+	if m.par == nil || !m.par.vocab {
+		m.linear(logits, hn, m.lmHead)
+		return
+	}
 	p := m.par
 	part := m.ws.get("logits.part", npu.F32, hn.Dim(0), p.vHi-p.vLo)
 	m.linear(part, hn, m.lmHead)
@@ -503,6 +514,16 @@ func (m *Model) logitWidth() int {
 func (m *Model) idleLayer(ly *layer) {
 	if m.par.ep() && ly.moe != nil {
 		m.epExperts(nil, ly.moe, nil, nil)
+	}
+}
+
+// idleMTP is an MTP forward of a rank with no rows for the MTP layer's
+// MoE: under expert parallelism it still serves the other ranks' rows.
+// Every MTP forward of an expert-parallel rank reaches the MoE's EP
+// collectives exactly once, through moeEP or idleMTP.
+func (m *Model) idleMTP() {
+	if m.par.ep() {
+		m.epExperts(nil, m.mtp.block.moe, nil, nil)
 	}
 }
 

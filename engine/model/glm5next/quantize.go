@@ -248,7 +248,7 @@ func Quantize(in, out string, opt QuantizeOptions) (*QuantizeReport, error) {
 	splitForm.fusedExperts = false
 	allSpecs := specs(cfg, splitForm)
 	if opt.MTP {
-		if err := checkMTP(cfg, ck.Names(), nil); err != nil {
+		if err := checkMTP(cfg, ck.Names()); err != nil {
 			return nil, err
 		}
 		allSpecs = append(allSpecs, mtpSpecs(cfg, splitForm)...)

@@ -475,7 +475,7 @@ func loadQuantized(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Chec
 		// The MTP layer's tensors load like a trunk layer's, each with its
 		// own scheme (the block may be FLOAT inside a quantized checkpoint;
 		// glm5next-features.md §2.1).
-		if err := checkMTP(cfg, ck.Names(), m.par); err != nil {
+		if err := checkMTP(cfg, ck.Names()); err != nil {
 			return nil, err
 		}
 		sp = append(sp, mtpSpecs(cfg, form)...)
