@@ -37,6 +37,7 @@ func TestSettingsDiff(t *testing.T) {
 		{"quantization", func(s *Settings) { s.Quantization = "ascend" }, "--quantization ascend differs from the head's (none)"},
 		{"model", func(s *Settings) { s.ModelConfigHash = "ffff" }, "--model (config.json sha256) ffff differs from the head's abcdef012345"},
 		{"dtype", func(s *Settings) { s.Dtype = "float16" }, "--dtype float16 differs from the head's bfloat16"},
+		{"speculative", func(s *Settings) { s.NumSpeculativeTokens = 3 }, "--speculative-config (num_speculative_tokens) 3 differs from the head's 0"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -191,6 +192,44 @@ func headAndHeadless(t *testing.T, ep bool) {
 	c.head.cmd.Process.Signal(syscall.SIGTERM)
 	if code := c.headless.waitExit(10 * time.Second); code != 0 {
 		t.Errorf("headless exit code %d after the head's clean shutdown", code)
+	}
+}
+
+// TestHeadAndHeadlessSpeculative: a head and a headless node (DP 2, expert
+// parallelism in lockstep) serving with MTP speculative decoding (k = 3)
+// give the trained fixture's greedy tokens, prompts alternating over the
+// two DP ranks, each rank running dummy speculative steps while the other
+// works.
+func TestHeadAndHeadlessSpeculative(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process")
+	}
+	dir := filepath.Join(filepath.Dir(tinyDir), "trained-mtp")
+	b, err := os.ReadFile(filepath.Join(dir, "golden.json"))
+	if err != nil {
+		t.Skipf("fixture trained-mtp missing: %v", err)
+	}
+	var g struct{ Prompts, Greedy [][]int32 }
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatal(err)
+	}
+	ports := freePorts(t, "127.0.0.1", 2)
+	base := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	flags := func(headless bool) []string {
+		f := nodeFlagsEP(ports[0], ports[1], 256, headless, true)
+		f[1] = dir
+		return append(f, "--speculative-config", `{"method": "deepseek_mtp", "num_speculative_tokens": 3}`)
+	}
+	head := startServe(t, "head", flags(false))
+	startServe(t, "headless", flags(true), "NPUSERVE_DP_CONNECT_TIMEOUT=10")
+	head.waitLog("Starting npuserve API server", 60*time.Second)
+	for i, p := range g.Prompts {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		r, err := complete(ctx, base, p, len(g.Greedy[i]))
+		cancel()
+		if err != nil || r.status != 200 || !slices.Equal(r.ids, g.Greedy[i]) {
+			t.Errorf("prompt %d: %v status %d tokens %v, want %v (%s)", i, err, r.status, r.ids, g.Greedy[i], r.body)
+		}
 	}
 }
 
