@@ -2,9 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/npuserve/npuserve/npu/nputest"
 )
 
 // TestGenerateSpeculative: `npuserve generate --speculative-config` on the
@@ -47,6 +50,9 @@ func TestServeSpeculative(t *testing.T) {
 		{"DP2 EP", []string{"--data-parallel-size", "2", "--enable-expert-parallel"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if d := nputest.Device(); tc.args != nil && d != "cpu" && d != "cpu-async" && os.Getenv("NPUSERVE_TEST_MULTI_DEVICE") == "" {
+				t.Skipf("--device %s: TP/DP rank processes need one device each (set NPUSERVE_TEST_MULTI_DEVICE=1 where the machine has them)", d)
+			}
 			args := append([]string{"--speculative-config", `{"method": "mtp", "num_speculative_tokens": 3}`, "--max-num-seqs", "4", "--max-model-len", "256"}, tc.args...)
 			s := startServeDir(t, dir, args...)
 			defer s.stop()

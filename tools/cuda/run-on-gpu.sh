@@ -8,7 +8,9 @@
 #                                        # the binary, xz-compressed
 #   tools/cuda/run-on-gpu.sh session     # there: STAGES (default
 #                                        # "ops model bench hf"; also
-#                                        # graphs, selftest, memcheck, mtp)
+#                                        # graphs, selftest, memcheck, mtp,
+#                                        # mtp-train, spec-slice, serve,
+#                                        # bench-serve, nccl)
 #
 # With the device tool: run `build`, then call run with carry [".gpu"] and
 # the command `bash tools/cuda/run-on-gpu.sh run`. What comes back in $OUT:
@@ -98,7 +100,7 @@ session)
 			# The serving tests (OpenAI SDK, goldens through the server,
 			# bad inputs, soak, shutdown) against serve --device cuda.
 			(cd cmd/npuserve && NPUSERVE_TEST_BINARY="$root/.gpu/npuserve" NPUSERVE_TEST_DEVICE=cuda timeout ${SERVE_S:-240} "$root/.gpu/cmd.test" -test.v -test.count=1 -test.timeout=230s \
-				-test.run "${SERVE_RUN:-^(TestServeSDK|TestServeGolden|TestServeBadInputs|TestServeSoak|TestServeShutdown|TestServeOptions)\$}") >"$out/serve-test.log" 2>&1 || rc=1
+				-test.run "${SERVE_RUN:-^(TestServeSDK|TestServeGolden|TestServeBadInputs|TestServeSoak|TestServeShutdown|TestServeOptions|TestServeSpeculative)\$}") >"$out/serve-test.log" 2>&1 || rc=1
 			grep -E '^(--- FAIL|FAIL|ok|PASS|panic)' "$out/serve-test.log" | head -20
 			;;
 		bench-serve)
@@ -132,6 +134,14 @@ session)
 					--num-prompts 8 --prompt-len 32 --max-tokens 64 >"$out/bench-spec-cuda.txt" 2>&1 || rc=1
 				tail -6 "$out/bench-spec-cuda.txt"
 			fi
+			;;
+		spec-slice)
+			# MTP speculation's step cost at the real per-layer shapes (the
+			# slice, random weights and MTP layer: acceptance ≈ 0), and the
+			# speed-up it implies at the trained MTP layer's acceptance.
+			timeout ${SPEC_S:-240} .gpu/npuserve bench spec --config configs/slice/config.json --device cuda --speculative-tokens 0,1,3 \
+				--reference-acceptance ${SPEC_REF:-0.6164,0.2543,0.0647} --num-prompts 2 --prompt-len 32 --max-tokens 32 >"$out/bench-spec-slice.txt" 2>&1 || rc=1
+			grep '^{' "$out/bench-spec-slice.txt" | cut -c1-400
 			;;
 		nccl)
 			[ -x .gpu/nccl.test ] && (cd .gpu && NPUSERVE_CUDA_TEST=1 timeout 120 ./nccl.test -test.v -test.count=1) >"$out/nccl-test.log" 2>&1 || rc=1
