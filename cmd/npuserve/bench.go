@@ -77,18 +77,30 @@ type decodeResult struct {
 	GraphBytes int64   `json:"graph_bytes,omitempty"`
 }
 
-func runBenchDecode(c *cli.Context) error {
-	if p := c.String("cpuprofile"); p != "" {
-		f, err := os.Create(p)
-		if err != nil {
-			return runError("--cpuprofile: %v", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return runError("--cpuprofile: %v", err)
-		}
-		defer pprof.StopCPUProfile()
+// startCPUProfile starts the --cpuprofile of a bench command (stop is a
+// no-op without one).
+func startCPUProfile(c *cli.Context) (stop func(), err error) {
+	p := c.String("cpuprofile")
+	if p == "" {
+		return func() {}, nil
 	}
+	f, err := os.Create(p)
+	if err != nil {
+		return nil, runError("--cpuprofile: %v", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, runError("--cpuprofile: %v", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+func runBenchDecode(c *cli.Context) error {
+	stop, err := startCPUProfile(c)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	data, err := os.ReadFile(c.String("config"))
 	if err != nil {
 		return runError("--config: %v", err)

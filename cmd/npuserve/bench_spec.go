@@ -39,6 +39,7 @@ func benchSpecCommand() *cli.Command {
 			&cli.StringFlag{Name: "dtype", Value: "auto", Usage: "weight dtype: auto (--model as stored; --config bfloat16), float32 or bfloat16"},
 			&cli.StringFlag{Name: "reference-acceptance", Value: "0.94,0.77,0.57,0.45,0.35", Usage: "per-position acceptance rates for implied_speedup_at_reference (default: GLM-5 MTP3 on vllm-ascend #9803, extended)"},
 			&cli.Int64Flag{Name: "mtp-seed", Value: 11, Usage: "seed of the random MTP layer when the model has none"},
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the whole run to this file (go tool pprof)"},
 			deviceFlag(),
 		},
 		Action: runBenchSpec,
@@ -81,6 +82,11 @@ type specResult struct {
 }
 
 func runBenchSpec(c *cli.Context) error {
+	stop, err := startCPUProfile(c)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	var ks []int
 	for _, f := range strings.Split(c.String("speculative-tokens"), ",") {
 		k, err := strconv.Atoi(strings.TrimSpace(f))
