@@ -280,6 +280,113 @@ extern "C" __global__ __launch_bounds__(256) void k_gemm_i8(float *C, const sign
 	}
 }
 
+// mma_s8 is one m16n8k32 tensor-core MMA (IMMA): int8 inputs, exact
+// int32 accumulation.
+__device__ __forceinline__ void mma_s8(int *c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+	asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+		     "{%0,%1,%2,%3};"
+		     : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// k_gemm_i8_tc is k_gemm_i8 on the tensor cores (IMMA, mma.sync m16n8k32
+// s8): the same tiles, loader, addressing and epilogue, and the same
+// exact int32 sums (integer addition in any order), so the results equal
+// k_gemm_i8's bit for bit. 256 threads = 8 warps, each a 16x32 piece of
+// the 64x64 block tile (4 MMAs of n8 per 32 K values); the shared tiles
+// hold 4-byte words of 4 consecutive K values, As[kw][row], Bs[kw][col],
+// which is the MMA fragments' packing (PTX ISA, mma.m16n8k32 .s8: A
+// registers rows g / g+8, K words t and t+4; B columns g, K words t and
+// t+4; C rows g / g+8, columns 2t, 2t+1; g = lane/4, t = lane%4).
+extern "C" __global__ __launch_bounds__(256) void k_gemm_i8_tc(float *C, const signed char *A, const int *tok, const signed char *W,
+							       int mode, const float *xs, const float *ws, const int *qb,
+							       const float *dq, const int *tiles, const int *ntiles, const int *off,
+							       int M, int N, int kp) {
+	__shared__ u32 As[QI8_BKW][QI8_BM + 1];
+	__shared__ u32 Bs[QI8_BKW][QI8_BN + 1];
+	int e, r0, r1;
+	if (tiles == 0) {
+		e = 0;
+		r0 = blockIdx.y * QI8_BM;
+		r1 = min(M, r0 + QI8_BM);
+		if (r0 >= M) {
+			return;
+		}
+	} else {
+		if ((int)blockIdx.y >= ntiles[0]) {
+			return;
+		}
+		e = tiles[2 * blockIdx.y];
+		r0 = tiles[2 * blockIdx.y + 1];
+		r1 = min(off[e + 1], r0 + QI8_BM);
+	}
+	const int n0 = blockIdx.x * QI8_BN;
+	const int lr = threadIdx.x >> 2, lq = threadIdx.x & 3;
+	const bool aok = r0 + lr < r1, bok = n0 + lr < N;
+	const uint4 *ap = (const uint4 *)(A + (aok ? (i64)(tok ? tok[r0 + lr] : r0 + lr) * kp : 0)) + lq;
+	const uint4 *bp = (const uint4 *)(W + (bok ? ((i64)e * N + n0 + lr) * kp : 0)) + lq;
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int wm = (warp & 3) * 16, wn = (warp >> 2) * 32;
+	const int g = lane >> 2, t = lane & 3;
+	int acc[4][4];
+#pragma unroll
+	for (int j = 0; j < 4; j++) {
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			acc[j][i] = 0;
+		}
+	}
+	for (int k0 = 0; k0 < kp; k0 += 4 * QI8_BKW) {
+		uint4 a = make_uint4(0, 0, 0, 0), b = make_uint4(0, 0, 0, 0);
+		if (k0 + 16 * lq < kp) {
+			if (aok) {
+				a = ap[k0 / 16];
+			}
+			if (bok) {
+				b = bp[k0 / 16];
+			}
+		}
+		As[4 * lq][lr] = a.x;
+		As[4 * lq + 1][lr] = a.y;
+		As[4 * lq + 2][lr] = a.z;
+		As[4 * lq + 3][lr] = a.w;
+		Bs[4 * lq][lr] = b.x;
+		Bs[4 * lq + 1][lr] = b.y;
+		Bs[4 * lq + 2][lr] = b.z;
+		Bs[4 * lq + 3][lr] = b.w;
+		__syncthreads();
+#pragma unroll
+		for (int ks = 0; ks < QI8_BKW; ks += 8) {
+			const u32 a0 = As[ks + t][wm + g], a1 = As[ks + t][wm + g + 8];
+			const u32 a2 = As[ks + 4 + t][wm + g], a3 = As[ks + 4 + t][wm + g + 8];
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				const int col = wn + 8 * j + g;
+				mma_s8(acc[j], a0, a1, a2, a3, Bs[ks + t][col], Bs[ks + 4 + t][col]);
+			}
+		}
+		__syncthreads();
+	}
+	const float *wse = ws ? ws + (i64)e * N : ws;
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		const int r = r0 + wm + g + 8 * h;
+		if (r < r1) {
+			const float x = mode == Q_DYN ? xs[tok ? tok[r] : r] : 0.0f;
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+#pragma unroll
+				for (int q = 0; q < 2; q++) {
+					const int n = n0 + wn + 8 * j + 2 * t + q;
+					if (n < N) {
+						C[(i64)r * N + n] = qi8_out(acc[j][2 * h + q], mode, x, wse, qb, dq, n);
+					}
+				}
+			}
+		}
+	}
+}
+
 // k_gemv_i8: the small-row form of k_gemm_i8 for decode: one warp per
 // output column n, up to QI8_SMALL_MT rows of the expert per pass, 16
 // weights per lane load. Grouped (off != 0): blockIdx.y is the expert.
