@@ -12,7 +12,12 @@ import (
 //
 //   - F32 weights: cuBLASLt fp32 GEMM with CUBLAS_COMPUTE_32F (plain fp32
 //     FMA, TF32 off).
-//   - BF16 or F16 weights, M <= gemmSmallM (decode): k_gemm_small widens
+//   - BF16 weights, M <= gemvMaxM (decode), K % 8 == 0 and x and w
+//     16-byte aligned: k_gemv_tc (kernels/moe.cu) splits x into three
+//     bf16 parts (24 bits: all of fp32's mantissa) and multiplies them
+//     with the weights on the tensor cores, fp32 accumulation, reading
+//     each weight once; fp32 rounding, in another summation order.
+//   - BF16 (otherwise) or F16 weights, M <= gemmSmallM: k_gemm_small widens
 //     the weights in registers and accumulates in fp32, reading them once
 //     at memory speed.
 //   - BF16 weights, larger M (prefill): the activations are split into two
@@ -24,13 +29,20 @@ import (
 //   - F16 weights, larger M: widened to an fp32 scratch, fp32 GEMM.
 //
 // So a row's result may differ in the last bits between a batch of
-// gemmSmallM rows and a larger one.
+// gemvMaxM (gemmSmallM) rows and a larger one; within k_gemv_tc it
+// depends only on N and K, not on M.
 
 // gemmSmallM is the largest M that k_gemm_small serves.
 const gemmSmallM = 4
 
+// gemvMaxM is the largest M that k_gemv_tc serves for BF16 weights
+// (GEMV_MT in kernels/moe.cu: the MMA's n8). Up to it the weights are
+// read once at memory speed; above it the split bf16 GEMM reads them
+// twice, through cuBLASLt.
+const gemvMaxM = 8
+
 // SplitBF16 selects the split-activation bf16 tensor-core GEMM for BF16
-// weights at M > gemmSmallM (see the numerics above); false uses widened weights
+// weights above k_gemv_tc's and k_gemm_small's M (see the numerics above); false uses widened weights
 // and the fp32 GEMM. For tests and measurements; set before use.
 var SplitBF16 = true
 
@@ -63,6 +75,8 @@ func (b *Backend) MatMul(out, x, w *npu.Tensor) {
 	switch {
 	case w.DType() == npu.F32:
 		b.gemmOrFail(cudaR32F, M, N, K, pw, px, po)
+	case w.DType() == npu.BF16 && M <= gemvMaxM && gemvTC && K%8 == 0 && px%16 == 0 && pw%16 == 0:
+		b.gemvTC(po, px, 0, pw, nil, M, N, K)
 	case M <= gemmSmallM:
 		b.gemmSmall(po, px, pw, w.DType(), M, N, K)
 	case w.DType() == npu.BF16 && SplitBF16 && b.splitGemm(M, N, K, pw, px, po):

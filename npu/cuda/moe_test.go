@@ -1,6 +1,8 @@
 package cuda
 
 import (
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -91,6 +93,47 @@ func TestMoEOpNames(t *testing.T) {
 	}{{opMoE, "MoE"}, {opMoEQ, "MoEQ"}} {
 		if e := deviceError(devErrIndex, c.op, 77); e.Op != c.name || !strings.Contains(e.Error(), "index 77") {
 			t.Errorf("op %d: %v", c.op, e)
+		}
+	}
+}
+
+// TestGEMVKernelConstants: k_gemv_tc's sizes in kernels/moe.cu are the Go
+// side's, and the block shapes gemvWarps picks fit its launch bounds and
+// shared memory.
+func TestGEMVKernelConstants(t *testing.T) {
+	src, err := kernelFS.ReadFile("kernels/moe.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(src)
+	defs := map[string]int{}
+	for _, m := range regexp.MustCompile(`(?m)^#define (\w+) (\d+)\b`).FindAllStringSubmatch(text, -1) {
+		defs[m[1]], _ = strconv.Atoi(m[2])
+	}
+	for name, want := range map[string]int{"GEMV_MT": gemvMaxM, "GEMV_U": gemvU, "GEMV_MAXW": gemvMaxW, "MOE_BM": moeBM} {
+		if got, ok := defs[name]; !ok || got != want {
+			t.Errorf("moe.cu: %s = %d (defined %v), Go has %d", name, got, ok, want)
+		}
+	}
+	bounds := regexp.MustCompile(`__launch_bounds__\((\d+)\) void k_gemv_tc\(`).FindStringSubmatch(text)
+	if bounds == nil {
+		t.Fatal("moe.cu: no __launch_bounds__ on k_gemv_tc")
+	}
+	if lb, _ := strconv.Atoi(bounds[1]); lb != 32*gemvMaxW {
+		t.Errorf("k_gemv_tc's launch bounds %d, want %d threads (gemvMaxW warps)", lb, 32*gemvMaxW)
+	}
+	for _, c := range []struct{ N, K, want int }{
+		{154880, 4096, 8}, // lm_head: many column tiles
+		{4096, 4096, 16},  // 256 tiles: fewer than two per SM
+		{1536, 4096, 16},
+		{16384, 1536, 8},
+		{4096, 2048, 16}, // MoE down
+		{4096, 1000, 8},  // too short a K for 16 warps of GEMV_U blocks
+		{77, 136, 4},     // 5 k blocks
+		{1, 8, 4},
+	} {
+		if got := gemvWarps(c.N, c.K); got != c.want {
+			t.Errorf("gemvWarps(%d, %d) = %d, want %d", c.N, c.K, got, c.want)
 		}
 	}
 }

@@ -461,3 +461,149 @@ extern "C" __global__ void k_moe_combine(float *out, const float *y, const float
 		out[t * D + d] += acc;
 	}
 }
+
+#define GEMV_MT 8 // rows per pass of k_gemv_tc: the MMA's n8 (gemvMaxM in matmul.go)
+#define GEMV_U 4  // 32-wide k blocks in flight per warp
+#define GEMV_MAXW 16 // warps per block at most (gemvWarps in moe.go)
+
+// bf2 rounds a and b to bf16 (nearest even; a NaN stays a NaN) packed as
+// a | b << 16, an MMA operand register.
+__device__ __forceinline__ u32 bf2(float a, float b) {
+	u32 d;
+	asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(b), "f"(a));
+	return d;
+}
+
+__device__ __forceinline__ float bf2_lo(u32 v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float bf2_hi(u32 v) { return __uint_as_float(v & 0xffff0000u); }
+
+// split3x2 writes the pair (a, b) as three packed bf16 pairs with a =
+// hi + mid + lo to 24 bits (all of an fp32 mantissa, as k_moe_gemm_tc
+// splits), likewise b. A non-finite value is carried by hi alone (its
+// remainder, NaN, is replaced by 0), so an infinity stays one.
+__device__ __forceinline__ void split3x2(float a, float b, u32 &hi, u32 &mid, u32 &lo) {
+	hi = bf2(a, b);
+	float ra = a - bf2_lo(hi), rb = b - bf2_hi(hi);
+	ra = ra == ra ? ra : 0.0f;
+	rb = rb == rb ? rb : 0.0f;
+	mid = bf2(ra, rb);
+	lo = bf2(ra - bf2_lo(mid), rb - bf2_hi(mid));
+}
+
+// ld_stream loads 16 weight bytes that are read once: not kept in L1, so
+// the activation rows stay there.
+__device__ __forceinline__ uint4 ld_stream(const u16 *p) {
+	uint4 v;
+	asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+		     : "l"(p));
+	return v;
+}
+
+// k_gemv_tc: the decode form of k_moe_gemm_tc (BF16 weights, few rows),
+// and the dense small-M MatMul (tiles == 0, E = 1): C[r, n] = sum_k
+// A[a(r), k] * W_e[n, k] for the rows of a tile (moe_tile; a(r) = tok[r]
+// when tok != 0), in passes of GEMV_MT rows, so each weight is read once
+// per pass at memory speed. A block is a 16-column tile of W and its
+// blockDim.x/32 warps split K (warp w takes the 32-wide k blocks w, w +
+// warps, ...); their partial sums are added in warp order through shared
+// memory, so the result depends only on N, K and the block shape, not on
+// timing or on the number of rows.
+//
+// Each warp step is one m16n8k16 MMA pair per 16 columns x 32 k: lane
+// (g, q) loads 8 consecutive weights of rows g and g+8 (16 bytes each)
+// and the same 8 k of activation row g, and hands them to the MMAs as
+// their k positions {2q, 2q+1, 2q+8, 2q+9} (a permutation of k that
+// weights and activations share, so the dot products are unchanged). The
+// fp32 activations are split in three bf16 parts (split3x2) and the fp32
+// accumulation adds the smallest part first. Requires (host-checked) K %
+// 8 == 0, A and W 16-byte aligned.
+extern "C" __global__ __launch_bounds__(512) void k_gemv_tc(float *C, const float *A, const int *tok, const u16 *W,
+							    const int *tiles, const int *ntiles, const int *off, int M,
+							    int N, int K) {
+	__shared__ float red[GEMV_MAXW][128];
+	int e, r0, r1;
+	if (!moe_tile(tiles, ntiles, off, M, MOE_BM, e, r0, r1)) {
+		return;
+	}
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, S = blockDim.x >> 5;
+	const int g = lane >> 2, q = lane & 3;
+	const int n0 = blockIdx.x * 16;
+	const int na = n0 + g, nb = n0 + g + 8;
+	// Rows past N read row N-1 (their sums are not stored).
+	const u16 *wa = W + ((i64)e * N + min(na, N - 1)) * K + 8 * q;
+	const u16 *wb = W + ((i64)e * N + min(nb, N - 1)) * K + 8 * q;
+	const int nkb = (K + 31) / 32;
+	for (int m0 = r0; m0 < r1; m0 += GEMV_MT) {
+		const int mt = min(GEMV_MT, r1 - m0);
+		const float *xr = g < mt ? A + (i64)(tok ? tok[m0 + g] : m0 + g) * K + 8 * q : A;
+		float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+		for (int kb0 = warp; kb0 < nkb; kb0 += S * GEMV_U) {
+			uint4 va[GEMV_U], vb[GEMV_U];
+			float4 x0[GEMV_U], x1[GEMV_U];
+#pragma unroll
+			for (int u = 0; u < GEMV_U; u++) {
+				const int kb = kb0 + S * u;
+				const i64 k = (i64)kb * 32;
+				const bool ok = kb < nkb && k + 8 * q < K;
+				va[u] = vb[u] = make_uint4(0u, 0u, 0u, 0u);
+				x0[u] = x1[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+				if (ok) {
+					va[u] = ld_stream(wa + k);
+					vb[u] = ld_stream(wb + k);
+					if (g < mt) {
+						x0[u] = *(const float4 *)(xr + k);
+						x1[u] = *(const float4 *)(xr + k + 4);
+					}
+				}
+			}
+#pragma unroll
+			for (int u = 0; u < GEMV_U; u++) {
+				if (kb0 + S * u >= nkb) {
+					break;
+				}
+				// Pairs of k: 8q+{0,1}, +{2,3} (first MMA), +{4,5}, +{6,7}.
+				u32 p[3][4];
+				split3x2(x0[u].x, x0[u].y, p[0][0], p[1][0], p[2][0]);
+				split3x2(x0[u].z, x0[u].w, p[0][1], p[1][1], p[2][1]);
+				split3x2(x1[u].x, x1[u].y, p[0][2], p[1][2], p[2][2]);
+				split3x2(x1[u].z, x1[u].w, p[0][3], p[1][3], p[2][3]);
+#pragma unroll
+				for (int j = 2; j >= 0; j--) { // smallest part first
+					mma_bf16(acc, va[u].x, vb[u].x, va[u].y, vb[u].y, p[j][0], p[j][1]);
+					mma_bf16(acc, va[u].z, vb[u].z, va[u].w, vb[u].w, p[j][2], p[j][3]);
+				}
+			}
+		}
+		// acc: (row m = 2q, 2q+1) x (column na, nb) as c0 (2q, na), c1
+		// (2q+1, na), c2 (2q, nb), c3 (2q+1, nb).
+		if (S > 1) {
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				red[warp][4 * lane + i] = acc[i];
+			}
+			__syncthreads();
+			if (threadIdx.x < 128) {
+				const int t = threadIdx.x;
+				float s = red[0][t];
+				for (int w = 1; w < S; w++) {
+					s += red[w][t];
+				}
+				const int l = t >> 2, i = t & 3;
+				const int m = 2 * (l & 3) + (i & 1), n = n0 + (l >> 2) + 8 * (i >> 1);
+				if (m < mt && n < N) {
+					C[(i64)(m0 + m) * N + n] = s;
+				}
+			}
+			__syncthreads();
+		} else {
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				const int m = 2 * q + (i & 1), n = (i >> 1) ? nb : na;
+				if (m < mt && n < N) {
+					C[(i64)(m0 + m) * N + n] = acc[i];
+				}
+			}
+		}
+	}
+}

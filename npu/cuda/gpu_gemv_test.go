@@ -1,0 +1,135 @@
+package cuda
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/npuserve/npuserve/npu"
+)
+
+// GPU tests of k_gemv_tc, the decode MatMul and MoE GEMM for BF16
+// weights, against the CPU backend at the configs/slice shapes and at
+// odd ones (skipped without a GPU, like gpu_test.go). gemvTC = false runs
+// the fp32 CUDA-core kernels it replaced on the same inputs.
+
+func TestGPUGEMV(t *testing.T) {
+	h := newBoth(t, 31)
+	defer func() { gemvTC = true }()
+	for _, c := range []struct {
+		name    string
+		M, N, K int
+	}{
+		{"lm_head", 1, 154880, 4096},
+		{"q/kv 4096x4096", 1, 4096, 4096},
+		{"q/kv 4096x4096", 3, 4096, 4096},
+		{"q/kv 4096x4096", 8, 4096, 4096},
+		{"q_a (16 warps per block)", 8, 1536, 4096},
+		{"q_b (K of 48 blocks: ragged groups)", 8, 16384, 1536},
+		{"o_proj", 3, 4096, 16384},
+		{"dense gate_up", 1, 24576, 4096},
+		{"dense down", 8, 4096, 12288},
+		{"shared expert down", 5, 4096, 2048},
+		{"partial column tile, K % 32 != 0", 5, 77, 136},
+		{"one column, 4 warps", 2, 1, 72},
+		{"K = 8", 8, 33, 8},
+		{"K % 8 != 0: k_gemm_small", 3, 50, 129},
+		{"K % 8 != 0, M > 4: split cuBLASLt", 8, 50, 131},
+	} {
+		for _, tc := range []bool{true, false} {
+			gemvTC = tc
+			name := fmt.Sprintf("MatMul %s M=%d N=%d K=%d gemvTC=%v", c.name, c.M, c.N, c.K, tc)
+			x := h.rand(npu.F32, 1, c.M, c.K)
+			w := h.rand(npu.BF16, 0.05, c.N, c.K)
+			o := h.zeros(npu.F32, c.M, c.N)
+			h.g.MatMul(o.g, x.g, w.g)
+			cpuBE.MatMul(o.c, x.c, w.c)
+			h.sync()
+			h.matmulErr(name, o, x, w, c.M, c.N, c.K, 2e-5)
+			h.free(x, w, o)
+		}
+	}
+}
+
+// TestGPUGEMVDeterministic: k_gemv_tc's rows do not depend on how many
+// rows run with them, and a rerun gives the same bits.
+func TestGPUGEMVDeterministic(t *testing.T) {
+	h := newBoth(t, 32)
+	const M, N, K = 8, 1000, 4096
+	x := h.rand(npu.F32, 1, M, K)
+	w := h.rand(npu.BF16, 0.05, N, K)
+	o8, o8b := h.zeros(npu.F32, M, N), h.zeros(npu.F32, M, N)
+	o1 := h.zeros(npu.F32, 1, N)
+	h.g.MatMul(o8.g, x.g, w.g)
+	h.g.MatMul(o8b.g, x.g, w.g)
+	h.g.MatMul(o1.g, x.g.Rows(0, 1), w.g)
+	h.sync()
+	a, _ := h.bytes(o8)
+	b, _ := h.bytes(o8b)
+	r1, _ := h.bytes(o1)
+	if !bytes.Equal(a, b) {
+		t.Errorf("MatMul M=%d N=%d K=%d: two runs differ", M, N, K)
+	}
+	if !bytes.Equal(a[:4*N], r1) {
+		t.Errorf("MatMul N=%d K=%d: row 0 of M=%d differs from the same row alone", N, K, M)
+	}
+	h.free(x, w, o8, o8b, o1)
+}
+
+// TestGPUMoEDecode runs MoE at the slice's expert shapes (hidden 4096,
+// intermediate 2048, top-8; 16 experts rather than 64 to bound the CPU
+// reference's memory) at decode batches, and an expert with more rows
+// than one routing tile, through k_gemv_tc and through k_moe_gemv_f.
+func TestGPUMoEDecode(t *testing.T) {
+	h := newBoth(t, 33)
+	defer func() { gemvTC = true }()
+	// Expert 0 takes all but one assignment of each token (repeats, as
+	// the CPU allows), so it has (k-1)T rows: more than a 64-row tile.
+	crowd := func(T, k int) []int32 {
+		ids := make([]int32, T*k)
+		for i := range ids {
+			if i%k == k-1 {
+				ids[i] = int32(1 + (i/k)%15)
+			}
+		}
+		return ids
+	}
+	for _, c := range []struct {
+		name          string
+		T, D, E, I, k int
+		ids           func(T, k int) []int32
+	}{
+		{"slice batch 1", 1, 4096, 16, 2048, 8, nil},
+		{"slice batch 8", 8, 4096, 16, 2048, 8, nil},
+		{"odd, K % 32 != 0", 3, 136, 7, 40, 3, nil},
+		{"expert 0 with 80 rows (two tiles)", 40, 264, 16, 96, 3, crowd},
+	} {
+		gu := h.rand(npu.BF16, 0.05, c.E, 2*c.I, c.D)
+		dn := h.rand(npu.BF16, 0.05, c.E, c.D, c.I)
+		var ids pair
+		if c.ids != nil {
+			ids = h.ints(c.ids(c.T, c.k), c.T, c.k)
+		} else {
+			v := make([]int32, c.T*c.k)
+			for tok := range c.T {
+				for j, e := range h.r.Perm(c.E)[:c.k] {
+					v[tok*c.k+j] = int32(e)
+				}
+			}
+			ids = h.ints(v, c.T, c.k)
+		}
+		x := h.rand(npu.F32, 1, c.T, c.D)
+		w := h.rand(npu.F32, 0.5, c.T, c.k)
+		for _, tc := range []bool{true, false} {
+			gemvTC = tc
+			name := fmt.Sprintf("MoE %s T=%d D=%d E=%d I=%d top-%d gemvTC=%v", c.name, c.T, c.D, c.E, c.I, c.k, tc)
+			out := h.rand(npu.F32, 1, c.T, c.D)
+			h.g.MoE(out.g, x.g, gu.g, dn.g, w.g, ids.g, 7)
+			cpuBE.MoE(out.c, x.c, gu.c, dn.c, w.c, ids.c, 7)
+			h.sync()
+			h.close(name, out, 2e-5)
+			h.free(out)
+		}
+		h.free(gu, dn, ids, x, w)
+	}
+}
