@@ -79,7 +79,8 @@ func TestGPUGEMVDeterministic(t *testing.T) {
 // TestGPUMoEDecode runs MoE at the slice's expert shapes (hidden 4096,
 // intermediate 2048, top-8; 16 experts rather than 64 to bound the CPU
 // reference's memory) at decode batches, and an expert with more rows
-// than one routing tile, through k_gemv_tc and through k_moe_gemv_f.
+// than one routing tile, through k_gemv_tc and through k_moe_gemv_f, and
+// MoEQ (W8A8_DYNAMIC, k_gemv_i8) on the same routings.
 func TestGPUMoEDecode(t *testing.T) {
 	h := newBoth(t, 33)
 	defer func() { gemvTC = true }()
@@ -130,6 +131,15 @@ func TestGPUMoEDecode(t *testing.T) {
 			h.close(name, out, 2e-5)
 			h.free(out)
 		}
-		h.free(gu, dn, ids, x, w)
+		// The int8 decode GEMV (k_gemv_i8) on the same routing.
+		name := fmt.Sprintf("MoEQ W8A8_DYNAMIC %s T=%d D=%d E=%d I=%d top-%d", c.name, c.T, c.D, c.E, c.I, c.k)
+		gg, gc := h.qweight(npu.QW8A8Dynamic, c.E, 2*c.I, c.D, 0)
+		dg, dc := h.qweight(npu.QW8A8Dynamic, c.E, c.D, c.I, 0)
+		out := h.rand(npu.F32, 1, c.T, c.D)
+		h.g.MoEQ(out.g, x.g, gg, dg, w.g, ids.g, 7)
+		cpuBE.MoEQ(out.c, x.c, gc, dc, w.c, ids.c, 7)
+		h.sync()
+		h.close(name, out, 5e-3) // as TestGPUMoEQ: requantized SwiGLU rows
+		h.free(out, gu, dn, ids, x, w)
 	}
 }

@@ -93,11 +93,10 @@ func (b *Backend) route(op int, ids uint64, n, k, E int) *moeRoute {
 // dense over M rows (E = 1) when rt is nil.
 func (b *Backend) gemmF(c, a, tok, w uint64, wdt int, scale uint64, group int, rt *moeRoute, M, N, K int) {
 	var off, tiles, ntiles uint64
-	small, ys := M <= moeSmallRows, (M+moeBM-1)/moeBM
-	ey := 1
+	small, ys, ysSmall := M <= moeSmallRows, (M+moeBM-1)/moeBM, (M+moeBM-1)/moeBM
 	if rt != nil {
 		off, tiles, ntiles = rt.off, rt.tiles, rt.ntiles
-		small, ys, ey = rt.small, rt.maxTiles, rt.E
+		small, ys, ysSmall = rt.small, rt.maxTiles, min(rt.maxTiles, rt.n) // every tile holds a row
 	}
 	if small && wdt == dtypeCode(npu.BF16) && group == 0 && gemvTC && K%8 == 0 && a%16 == 0 && w%16 == 0 {
 		b.gemvTC(c, a, tok, w, rt, M, N, K)
@@ -109,8 +108,8 @@ func (b *Backend) gemmF(c, a, tok, w uint64, wdt int, scale uint64, group int, r
 			align = 8
 		}
 		vec := K%8 == 0 && a%16 == 0 && w%align == 0
-		b.launch("k_moe_gemv_f", d2((N+7)/8, ey), d1(256), 0,
-			c, a, tok, w, pI32(wdt), scale, pI32(group), off, pI32(M), pI32(N), pI32(K), pBool(vec))
+		b.launch("k_moe_gemv_f", d2((N+7)/8, ysSmall), d1(256), 0,
+			c, a, tok, w, pI32(wdt), scale, pI32(group), tiles, ntiles, off, pI32(M), pI32(N), pI32(K), pBool(vec))
 		return
 	}
 	if wdt == dtypeCode(npu.BF16) && group == 0 && moeTensorCores {

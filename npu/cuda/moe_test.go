@@ -97,8 +97,8 @@ func TestMoEOpNames(t *testing.T) {
 	}
 }
 
-// TestGEMVKernelConstants: k_gemv_tc's sizes in kernels/moe.cu are the Go
-// side's, and the block shapes gemvWarps picks fit its launch bounds and
+// TestGEMVKernelConstants: k_gemv_tc's sizes in kernels/moe.cu (and the
+// tile rows k_gemv_i8 walks in quant.cu) are the Go side's, and the block shapes gemvWarps picks fit its launch bounds and
 // shared memory.
 func TestGEMVKernelConstants(t *testing.T) {
 	src, err := kernelFS.ReadFile("kernels/moe.cu")
@@ -114,6 +114,13 @@ func TestGEMVKernelConstants(t *testing.T) {
 		if got, ok := defs[name]; !ok || got != want {
 			t.Errorf("moe.cu: %s = %d (defined %v), Go has %d", name, got, ok, want)
 		}
+	}
+	q, err := kernelFS.ReadFile("kernels/quant.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := regexp.MustCompile(`(?m)^#define QI8_BM (\d+)\b`).FindStringSubmatch(string(q)); m == nil || m[1] != strconv.Itoa(moeBM) {
+		t.Errorf("quant.cu: QI8_BM %v, want moeBM = %d (the routing's tile rows)", m, moeBM)
 	}
 	bounds := regexp.MustCompile(`__launch_bounds__\((\d+)\) void k_gemv_tc\(`).FindStringSubmatch(text)
 	if bounds == nil {

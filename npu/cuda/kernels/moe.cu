@@ -359,19 +359,22 @@ __device__ __forceinline__ void decode8(float *wf, const void *W, i64 i, int wdt
 
 // k_moe_gemv_f: the small-row form of k_moe_gemm_f for decode, where the
 // weights' bandwidth is the limit: one warp per output column n, up to
-// MOE_SMALL_MT rows of the expert per pass (so each weight is read once
-// for up to that many rows). Grouped (off != 0): blockIdx.y is the
-// expert; dense: rows [0, M). vec (host-checked: K % 8 == 0, A and W
+// MOE_SMALL_MT rows of a tile (moe_tile) per pass (so each weight is read
+// once for up to that many rows). Grouped (tiles != 0): blockIdx.y is a
+// tile of the routing, so no block waits on an expert without rows. vec (host-checked: K % 8 == 0, A and W
 // aligned) loads 8 weights at a time.
 extern "C" __global__ void k_moe_gemv_f(float *C, const float *A, const int *tok, const void *W, int wdt,
-					const u8 *scale, int group, const int *off, int M, int N, int K, int vec) {
+					const u8 *scale, int group, const int *tiles, const int *ntiles, const int *off,
+					int M, int N, int K, int vec) {
 	const int lane = threadIdx.x & 31;
 	const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	if (n >= N) {
 		return;
 	}
-	const int e = off ? blockIdx.y : 0;
-	const int rb = off ? off[e] : 0, re = off ? off[e + 1] : M;
+	int e, rb, re;
+	if (!moe_tile(tiles, ntiles, off, M, MOE_BM, e, rb, re)) {
+		return;
+	}
 	const int nb = group > 0 ? (K + group - 1) / group : 0;
 	const i64 wrow = ((i64)e * N + n) * K;
 	const i64 srow = ((i64)e * N + n) * nb;
@@ -386,6 +389,7 @@ extern "C" __global__ void k_moe_gemv_f(float *C, const float *A, const int *tok
 			ar[j] = A + (i64)(tok ? tok[r] : r) * K;
 		}
 		if (vec) {
+#pragma unroll 4
 			for (int c = lane * 8; c < K; c += 256) {
 				float wf[8];
 				decode8(wf, W, wrow + c, wdt, scale, srow, c, group);
