@@ -17,9 +17,9 @@ import (
 //     bf16 parts (24 bits: all of fp32's mantissa) and multiplies them
 //     with the weights on the tensor cores, fp32 accumulation, reading
 //     each weight once; fp32 rounding, in another summation order.
-//   - BF16 (otherwise) or F16 weights, M <= gemmSmallM: k_gemm_small widens
-//     the weights in registers and accumulates in fp32, reading them once
-//     at memory speed.
+//   - BF16 (otherwise) or F16 weights, M <= gemmSmallM: k_gemm_small
+//     widens the weights in registers and accumulates in fp32, reading
+//     them once at memory speed.
 //   - BF16 weights, larger M (prefill): the activations are split into two
 //     bf16 terms, x = hi + lo with |x - hi - lo| <= 2^-18 |x|, and two bf16
 //     tensor-core GEMMs with fp32 accumulation add w·hi + w·lo. The error
@@ -42,8 +42,9 @@ const gemmSmallM = 4
 const gemvMaxM = 8
 
 // SplitBF16 selects the split-activation bf16 tensor-core GEMM for BF16
-// weights above k_gemv_tc's and k_gemm_small's M (see the numerics above); false uses widened weights
-// and the fp32 GEMM. For tests and measurements; set before use.
+// weights above k_gemv_tc's and k_gemm_small's M (see the numerics
+// above); false uses widened weights and the fp32 GEMM. For tests and
+// measurements; set before use.
 var SplitBF16 = true
 
 // planKey identifies a cuBLASLt plan.

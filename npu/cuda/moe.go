@@ -136,17 +136,19 @@ const (
 	gemvCols  = 16
 	gemvU     = 4
 	gemvMaxW  = 16
-	gemvWaves = 2 * 132 // blocks below which K is split 16 ways (two per H200 SM)
+	gemvSMs   = 132 // column tiles below which K is split 16 ways (the H200's SMs)
 )
 
 // gemvWarps is k_gemv_tc's warps per block for N columns of K: 16 when
-// there are few column tiles and K is long enough to give each warp a
-// full GEMV_U group (more loads in flight), 4 for short K, else 8. It
-// depends only on the shape, so a row's result does too.
+// there are fewer column tiles than SMs and K is long enough to give each
+// warp a full GEMV_U group (more loads in flight where blocks are few),
+// 4 for short K, else 8 (at its ~92 registers two such blocks fit an SM,
+// one of 16 warps). It depends only on the shape, so a row's result does
+// too.
 func gemvWarps(N, K int) int {
 	tiles, kb := (N+gemvCols-1)/gemvCols, (K+31)/32
 	switch {
-	case tiles < gemvWaves && kb >= gemvMaxW*gemvU:
+	case tiles < gemvSMs && kb >= gemvMaxW*gemvU:
 		return gemvMaxW
 	case kb <= 4*gemvU:
 		return 4

@@ -131,12 +131,12 @@ func TestGEMVKernelConstants(t *testing.T) {
 	}
 	for _, c := range []struct{ N, K, want int }{
 		{154880, 4096, 8}, // lm_head: many column tiles
-		{4096, 4096, 16},  // 256 tiles: fewer than two per SM
-		{1536, 4096, 16},
+		{4096, 4096, 8},   // 256 tiles: two blocks per SM
+		{1536, 4096, 16},  // 96 tiles: fewer than the SMs
 		{16384, 1536, 8},
-		{4096, 2048, 16}, // MoE down
-		{4096, 1000, 8},  // too short a K for 16 warps of GEMV_U blocks
-		{77, 136, 4},     // 5 k blocks
+		{4096, 2048, 8}, // MoE down
+		{1536, 1000, 8}, // too short a K for 16 warps of GEMV_U blocks
+		{77, 136, 4},    // 5 k blocks
 		{1, 8, 4},
 	} {
 		if got := gemvWarps(c.N, c.K); got != c.want {
