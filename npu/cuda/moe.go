@@ -142,7 +142,7 @@ const (
 // gemvWarps is k_gemv_tc's warps per block for N columns of K: 16 when
 // there are fewer column tiles than SMs and K is long enough to give each
 // warp a full GEMV_U group (more loads in flight where blocks are few),
-// 4 for short K, else 8 (at its ~92 registers two such blocks fit an SM,
+// 4 for short K, else 8 (at its ~96 registers two such blocks fit an SM,
 // one of 16 warps). It depends only on the shape, so a row's result does
 // too.
 func gemvWarps(N, K int) int {

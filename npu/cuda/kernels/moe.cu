@@ -541,7 +541,9 @@ extern "C" __global__ __launch_bounds__(512) void k_gemv_tc(float *C, const floa
 	for (int m0 = r0; m0 < r1; m0 += GEMV_MT) {
 		const int mt = min(GEMV_MT, r1 - m0);
 		const float *xr = g < mt ? A + (i64)(tok ? tok[m0 + g] : m0 + g) * K + 8 * q : A;
-		float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+		// Two accumulators (the two MMAs of a k block), added at the end:
+		// half the chain of dependent MMAs.
+		float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 		for (int kb0 = warp; kb0 < nkb; kb0 += S * GEMV_U) {
 			uint4 va[GEMV_U], vb[GEMV_U];
 			float4 x0[GEMV_U], x1[GEMV_U];
@@ -575,9 +577,13 @@ extern "C" __global__ __launch_bounds__(512) void k_gemv_tc(float *C, const floa
 #pragma unroll
 				for (int j = 2; j >= 0; j--) { // smallest part first
 					mma_bf16(acc, va[u].x, vb[u].x, va[u].y, vb[u].y, p[j][0], p[j][1]);
-					mma_bf16(acc, va[u].z, vb[u].z, va[u].w, vb[u].w, p[j][2], p[j][3]);
+					mma_bf16(acc2, va[u].z, vb[u].z, va[u].w, vb[u].w, p[j][2], p[j][3]);
 				}
 			}
+		}
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			acc[i] += acc2[i];
 		}
 		// acc: (row m = 2q, 2q+1) x (column na, nb) as c0 (2q, na), c1
 		// (2q+1, na), c2 (2q, nb), c3 (2q+1, nb).
