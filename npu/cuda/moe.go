@@ -133,10 +133,10 @@ var gemvTC = true
 // columns per block, its warps splitting K in 32-wide blocks, GEMV_U of
 // them in flight per warp.
 const (
-	gemvCols  = 16
-	gemvU     = 4
-	gemvMaxW  = 16
-	gemvSMs   = 132 // column tiles below which K is split 16 ways (the H200's SMs)
+	gemvCols = 16
+	gemvU    = 4
+	gemvMaxW = 16
+	gemvSMs  = 132 // column tiles below which K is split 16 ways (the H200's SMs)
 )
 
 // gemvWarps is k_gemv_tc's warps per block for N columns of K: 16 when
