@@ -66,7 +66,7 @@ func TestGPUThroughput(t *testing.T) {
 }
 
 // TestGPUDecodeGEMV measures the decode MatMuls of the slice config
-// (BF16 weights, M = 1 and 8) with k_gemv_tc and with the kernels it
+// (BF16 weights, M = 1 and 8; 16 and 32 for the threshold) with k_gemv_tc and with the kernels it
 // replaced (gemvTC = false: k_gemm_small at M <= 4, the split cuBLASLt
 // GEMM above), as GB/s of weights read and the fraction of the measured
 // device copy rate (read + write bytes of a 2 GiB cuMemcpyDtoD), when
@@ -91,6 +91,9 @@ func TestGPUDecodeGEMV(t *testing.T) {
 		{"dense gate_up 24576x4096", 1, 24576, 4096},
 		{"dense gate_up 24576x4096", 8, 24576, 4096},
 		{"dense down 4096x12288", 8, 4096, 12288},
+		{"4096x4096", 16, 4096, 4096},
+		{"4096x4096", 32, 4096, 4096},
+		{"dense gate_up 24576x4096", 32, 24576, 4096},
 	} {
 		wbytes := 2 * s.N * s.K
 		copies := max(1, (256<<20+wbytes-1)/wbytes)
@@ -103,13 +106,22 @@ func TestGPUDecodeGEMV(t *testing.T) {
 		b.Fill(xm, 0.01)
 		for _, tc := range []bool{true, false} {
 			gemvTC = tc
+			// Above gemvMaxM MatMul takes cuBLASLt either way; the
+			// gemvTC row calls k_gemv_tc itself (passes of gemvMaxM rows,
+			// each pass reading the weights again, from L2 where they
+			// stay), to show where the threshold belongs.
+			direct := tc && s.M > gemvMaxM
 			i := 0
 			ms := g.timed(max(20, 4*copies), func() {
-				b.MatMul(om, xm, ws[i%copies])
+				if direct {
+					b.gemvTC(b.ptr(om), b.ptr(xm), 0, b.ptr(ws[i%copies]), nil, s.M, s.N, s.K)
+				} else {
+					b.MatMul(om, xm, ws[i%copies])
+				}
 				i++
 			})
 			gbs := float64(wbytes) / ms / 1e6
-			g.t.Logf("MatMul bf16 %-26s M=%d gemvTC=%-5v %8.3f ms  %6.0f GB/s of weights  %.2f of copy",
+			g.t.Logf("MatMul bf16 %-26s M=%-2d gemvTC=%-5v %8.3f ms  %6.0f GB/s of weights  %.2f of copy",
 				s.name, s.M, tc, ms, gbs, gbs/copyGBs)
 		}
 		for _, w := range ws {
