@@ -3,6 +3,8 @@ package cuda
 import (
 	"bytes"
 	"fmt"
+	"math"
+	"slices"
 	"testing"
 
 	"github.com/npuserve/npuserve/npu"
@@ -36,19 +38,45 @@ func TestGPUGEMV(t *testing.T) {
 		{"K % 8 != 0: k_gemm_small", 3, 50, 129},
 		{"K % 8 != 0, M > 4: split cuBLASLt", 8, 50, 131},
 	} {
+		x := h.rand(npu.F32, 1, c.M, c.K)
+		w := h.rand(npu.BF16, 0.05, c.N, c.K)
+		o := h.zeros(npu.F32, c.M, c.N)
+		cpuBE.MatMul(o.c, x.c, w.c)
 		for _, tc := range []bool{true, false} {
 			gemvTC = tc
 			name := fmt.Sprintf("MatMul %s M=%d N=%d K=%d gemvTC=%v", c.name, c.M, c.N, c.K, tc)
-			x := h.rand(npu.F32, 1, c.M, c.K)
-			w := h.rand(npu.BF16, 0.05, c.N, c.K)
-			o := h.zeros(npu.F32, c.M, c.N)
+			h.g.Fill(o.g, float32(math.NaN())) // every element must be written
 			h.g.MatMul(o.g, x.g, w.g)
-			cpuBE.MatMul(o.c, x.c, w.c)
 			h.sync()
+			if g, _ := h.floats(o); slices.ContainsFunc(g, func(v float32) bool { return v != v }) {
+				t.Errorf("%s: an element left unwritten (NaN)", name)
+			}
 			h.matmulErr(name, o, x, w, c.M, c.N, c.K, 2e-5)
-			h.free(x, w, o)
 		}
+		h.free(x, w, o)
 	}
+}
+
+// TestGPUGEMVNonFinite: an infinity in x stays one through the
+// three-part split (its remainder is not NaN), a NaN stays a NaN, and
+// the other rows are unaffected.
+func TestGPUGEMVNonFinite(t *testing.T) {
+	h := newBoth(t, 34)
+	const M, N, K = 3, 40, 256
+	xs := make([]float32, M*K)
+	for i := range xs {
+		xs[i] = float32(h.r.NormFloat64())
+	}
+	xs[5] = float32(math.Inf(1))
+	xs[K+7] = float32(math.NaN())
+	x := h.from(npu.F32, xs, M, K)
+	w := h.rand(npu.BF16, 0.05, N, K)
+	o := h.zeros(npu.F32, M, N)
+	h.g.MatMul(o.g, x.g, w.g)
+	cpuBE.MatMul(o.c, x.c, w.c)
+	h.sync()
+	h.close(fmt.Sprintf("MatMul M=%d N=%d K=%d with inf and NaN", M, N, K), o, 2e-5)
+	h.free(x, w, o)
 }
 
 // TestGPUGEMVDeterministic: k_gemv_tc's rows do not depend on how many
