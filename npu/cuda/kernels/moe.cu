@@ -466,9 +466,9 @@ extern "C" __global__ void k_moe_combine(float *out, const float *y, const float
 	}
 }
 
-#define GEMV_MT 8 // rows per pass of k_gemv_tc: the MMA's n8 (gemvMaxM in matmul.go)
-#define GEMV_U 4  // 32-wide k blocks in flight per warp
-#define GEMV_MAXW 16 // warps per block at most (gemvWarps in moe.go)
+#define GEMV_MT 8    // rows per pass of k_gemv_tc: the MMA's n8 (gemvMaxM in matmul.go)
+#define GEMV_U 4     // 32-wide k blocks in flight per warp (gemvU in moe.go)
+#define GEMV_MAXW 16 // warps per block at most (gemvMaxW in moe.go)
 
 // bf2 rounds a and b to bf16 (nearest even; a NaN stays a NaN) packed as
 // a | b << 16, an MMA operand register.
@@ -499,8 +499,8 @@ __device__ __forceinline__ void split3x2(float a, float b, u32 &hi, u32 &mid, u3
 __device__ __forceinline__ uint4 ld_stream(const u16 *p) {
 	uint4 v;
 	asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-		     : "l"(p));
+	    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+	    : "l"(p));
 	return v;
 }
 
@@ -514,7 +514,8 @@ __device__ __forceinline__ uint4 ld_stream(const u16 *p) {
 // memory, so the result depends only on N, K and the block shape, not on
 // timing or on the number of rows.
 //
-// Each warp step is one m16n8k16 MMA pair per 16 columns x 32 k: lane
+// Each warp step is two m16n8k16 MMAs per part (six in all) per 16
+// columns x 32 k: lane
 // (g, q) loads 8 consecutive weights of rows g and g+8 (16 bytes each)
 // and the same 8 k of activation row g, and hands them to the MMAs as
 // their k positions {2q, 2q+1, 2q+8, 2q+9} (a permutation of k that
