@@ -76,7 +76,7 @@ func (b *Backend) MatMul(out, x, w *npu.Tensor) {
 	switch {
 	case w.DType() == npu.F32:
 		b.gemmOrFail(cudaR32F, M, N, K, pw, px, po)
-	case w.DType() == npu.BF16 && M <= gemvMaxM && gemvTC && K%8 == 0 && px%16 == 0 && pw%16 == 0:
+	case useGemvTC(w.DType(), M, K, px, pw):
 		b.gemvTC(po, px, 0, pw, nil, M, N, K)
 	case M <= gemmSmallM:
 		b.gemmSmall(po, px, pw, w.DType(), M, N, K)
@@ -89,6 +89,13 @@ func (b *Backend) MatMul(out, x, w *npu.Tensor) {
 		b.gemmOrFail(cudaR32F, M, N, K, s.ptr, px, po)
 		b.freeBuf(s)
 	}
+}
+
+// useGemvTC says whether MatMul of M rows of K with weights of dtype dt
+// (x and w at these device addresses) takes k_gemv_tc: BF16, M <=
+// gemvMaxM, K % 8 == 0 and 16-byte aligned operands (its vector loads).
+func useGemvTC(dt npu.DType, M, K int, x, w uint64) bool {
+	return gemvTC && dt == npu.BF16 && M <= gemvMaxM && K%8 == 0 && x%16 == 0 && w%16 == 0
 }
 
 // splitGemm is the split-activation bf16 GEMM; false (nothing enqueued)

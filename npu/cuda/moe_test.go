@@ -144,3 +144,27 @@ func TestGEMVKernelConstants(t *testing.T) {
 		}
 	}
 }
+
+// TestUseGemvTC: which decode MatMuls take k_gemv_tc (the threshold and
+// the vector-load conditions; the rest go to k_gemm_small or cuBLASLt).
+func TestUseGemvTC(t *testing.T) {
+	for _, c := range []struct {
+		dt   npu.DType
+		M, K int
+		x, w uint64
+		want bool
+	}{
+		{npu.BF16, 1, 4096, 0x1000, 0x2000, true},
+		{npu.BF16, 8, 4096, 0x1000, 0x2000, true},
+		{npu.BF16, 9, 4096, 0x1000, 0x2000, false}, // above gemvMaxM: cuBLASLt
+		{npu.BF16, 3, 129, 0x1000, 0x2000, false},  // K % 8 != 0: k_gemm_small
+		{npu.BF16, 3, 4096, 0x1008, 0x2000, false}, // x not 16-byte aligned
+		{npu.BF16, 3, 4096, 0x1000, 0x2004, false}, // w not 16-byte aligned
+		{npu.F16, 1, 4096, 0x1000, 0x2000, false},
+		{npu.F32, 1, 4096, 0x1000, 0x2000, false},
+	} {
+		if got := useGemvTC(c.dt, c.M, c.K, c.x, c.w); got != c.want {
+			t.Errorf("useGemvTC(%v, M=%d, K=%d, x=%#x, w=%#x) = %v, want %v", c.dt, c.M, c.K, c.x, c.w, got, c.want)
+		}
+	}
+}
