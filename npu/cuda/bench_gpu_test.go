@@ -66,9 +66,9 @@ func TestGPUThroughput(t *testing.T) {
 }
 
 // TestGPUDecodeGEMV measures the decode MatMuls of the slice config
-// (BF16 weights, M = 1 and 8; 16 and 32 for the threshold) with k_gemv_tc and with the kernels it
-// replaced (gemvTC = false: k_gemm_small at M <= 4, the split cuBLASLt
-// GEMM above), as GB/s of weights read and the fraction of the measured
+// (BF16 weights, M = 1, 8 and 16; 32 for the threshold) with k_gemv_tc
+// and k_gemv_tc16 and with the kernels they replaced (gemvTC = false:
+// k_gemm_small at M <= 4, the split cuBLASLt GEMM above), as GB/s of weights read and the fraction of the measured
 // device copy rate (read + write bytes of a 2 GiB cuMemcpyDtoD), when
 // NPUSERVE_CUDA_BENCH=1. Weights smaller than the L2 cache are cycled
 // through enough copies (256 MiB at least) that each run reads HBM.
@@ -92,6 +92,7 @@ func TestGPUDecodeGEMV(t *testing.T) {
 		{"dense gate_up 24576x4096", 8, 24576, 4096},
 		{"dense down 4096x12288", 8, 4096, 12288},
 		{"4096x4096", 16, 4096, 4096},
+		{"dense gate_up 24576x4096", 16, 24576, 4096},
 		{"4096x4096", 32, 4096, 4096},
 		{"dense gate_up 24576x4096", 32, 24576, 4096},
 	} {
@@ -107,7 +108,7 @@ func TestGPUDecodeGEMV(t *testing.T) {
 		for _, tc := range []bool{true, false} {
 			gemvTC = tc
 			// Above gemvMaxM MatMul takes cuBLASLt either way; the
-			// gemvTC row calls k_gemv_tc itself (passes of gemvMaxM rows,
+			// gemvTC row calls k_gemv_tc16 itself (passes of 16 rows,
 			// each pass reading the weights again, from L2 where they
 			// stay), to show where the threshold belongs.
 			direct := tc && s.M > gemvMaxM

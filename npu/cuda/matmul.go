@@ -13,7 +13,8 @@ import (
 //   - F32 weights: cuBLASLt fp32 GEMM with CUBLAS_COMPUTE_32F (plain fp32
 //     FMA, TF32 off).
 //   - BF16 weights, M <= gemvMaxM (decode), K % 8 == 0 and x and w
-//     16-byte aligned: k_gemv_tc (kernels/moe.cu) splits x into three
+//     16-byte aligned: k_gemv_tc (k_gemv_tc16 above 8 rows;
+//     kernels/moe.cu) splits x into three
 //     bf16 parts (24 bits: all of fp32's mantissa) and multiplies them
 //     with the weights on the tensor cores, fp32 accumulation, reading
 //     each weight once; fp32 rounding, in another summation order.
@@ -29,17 +30,17 @@ import (
 //   - F16 weights, larger M: widened to an fp32 scratch, fp32 GEMM.
 //
 // So a row's result may differ in the last bits between a batch of
-// gemvMaxM (gemmSmallM) rows and a larger one; within k_gemv_tc it
-// depends only on N and K, not on M.
+// gemvMaxM (gemmSmallM) rows and a larger one; within k_gemv_tc and
+// k_gemv_tc16 it depends only on N and K, not on M.
 
 // gemmSmallM is the largest M that k_gemm_small serves.
 const gemmSmallM = 4
 
-// gemvMaxM is the largest M that k_gemv_tc serves for BF16 weights
-// (GEMV_MT in kernels/moe.cu: the MMA's n8). Up to it the weights are
-// read once at memory speed; above it the split bf16 GEMM reads them
-// twice, through cuBLASLt.
-const gemvMaxM = 8
+// gemvMaxM is the largest M that k_gemv_tc (up to gemvPass rows) and
+// k_gemv_tc16 (up to twice that) serve for BF16 weights. Up to it the
+// weights are read once at memory speed; above it the split bf16 GEMM
+// reads them twice, through cuBLASLt.
+const gemvMaxM = 2 * gemvPass
 
 // SplitBF16 selects the split-activation bf16 tensor-core GEMM for BF16
 // weights above k_gemv_tc's and k_gemm_small's M (see the numerics

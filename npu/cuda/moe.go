@@ -25,7 +25,7 @@ import (
 // widening 16-bit weights in registers, so a row's result depends only on
 // its input and its expert. Two forms: a tiled kernel (64x64 tiles) for
 // prefill, and, when the experts average few rows (decode), one that
-// reads each weight once for up to 8 rows at memory speed: k_gemv_tc for
+// reads each weight once per 8 rows at memory speed: k_gemv_tc for
 // BF16 experts (tensor-core MMAs on the activations split in three bf16
 // parts, fp32 accumulation), the warp-per-column k_moe_gemv_f (fp32
 // FMA) for the other dtypes. Both agree with the CPU's fp32 arithmetic
@@ -124,7 +124,8 @@ func (b *Backend) gemmF(c, a, tok, w uint64, wdt int, scale uint64, group int, r
 
 // gemvTC selects k_gemv_tc (tensor-core MMAs on three-part bf16
 // activations, fp32 accumulation) for BF16 weights at few rows: the MoE
-// decode GEMMs and the dense MatMul up to gemvMaxM rows. false keeps the
+// decode GEMMs and the dense MatMul up to gemvMaxM rows (k_gemv_tc16
+// above gemvPass). false keeps the
 // fp32 CUDA-core kernels (k_moe_gemv_f, k_gemm_small and cuBLASLt): for
 // tests and measurements.
 var gemvTC = true
@@ -133,6 +134,7 @@ var gemvTC = true
 // columns per block, its warps splitting K in 32-wide blocks, GEMV_U of
 // them in flight per warp.
 const (
+	gemvPass = 8 // rows per pass of k_gemv_tc (GEMV_MT: the MMA's n8); k_gemv_tc16 twice that
 	gemvCols = 16
 	gemvU    = 4
 	gemvMaxW = 16
@@ -158,16 +160,21 @@ func gemvWarps(N, K int) int {
 
 // gemvTC enqueues k_gemv_tc: C = A · W^T for BF16 W [E, N, K], grouped
 // over rt (one block row per tile of the routing; a tile's rows go in
-// passes of gemvMaxM) or dense over M rows when rt is nil. The caller
-// checks K % 8 == 0 and 16-byte alignment of A and W.
+// passes of gemvPass, the experts averaging few rows at decode) or dense
+// over M rows when rt is nil (k_gemv_tc16, passes of 2*gemvPass, above
+// gemvPass rows). The caller checks K % 8 == 0 and 16-byte alignment of
+// A and W.
 func (b *Backend) gemvTC(c, a, tok, w uint64, rt *moeRoute, M, N, K int) {
 	var off, tiles, ntiles uint64
 	ys := (M + moeBM - 1) / moeBM
+	name := "k_gemv_tc"
 	if rt != nil {
 		// Every tile holds a row, so there are at most n of them.
 		off, tiles, ntiles, ys = rt.off, rt.tiles, rt.ntiles, min(rt.maxTiles, rt.n)
+	} else if M > gemvPass {
+		name = "k_gemv_tc16"
 	}
-	b.launch("k_gemv_tc", d2((N+gemvCols-1)/gemvCols, ys), d1(32*gemvWarps(N, K)), 0,
+	b.launch(name, d2((N+gemvCols-1)/gemvCols, ys), d1(32*gemvWarps(N, K)), 0,
 		c, a, tok, w, tiles, ntiles, off, pI32(M), pI32(N), pI32(K))
 }
 

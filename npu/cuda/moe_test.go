@@ -110,7 +110,7 @@ func TestGEMVKernelConstants(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^#define (\w+) (\d+)\b`).FindAllStringSubmatch(text, -1) {
 		defs[m[1]], _ = strconv.Atoi(m[2])
 	}
-	for name, want := range map[string]int{"GEMV_MT": gemvMaxM, "GEMV_U": gemvU, "GEMV_MAXW": gemvMaxW, "MOE_BM": moeBM} {
+	for name, want := range map[string]int{"GEMV_MT": gemvPass, "GEMV_U": gemvU, "GEMV_MAXW": gemvMaxW, "MOE_BM": moeBM} {
 		if got, ok := defs[name]; !ok || got != want {
 			t.Errorf("moe.cu: %s = %d (defined %v), Go has %d", name, got, ok, want)
 		}
@@ -122,12 +122,14 @@ func TestGEMVKernelConstants(t *testing.T) {
 	if m := regexp.MustCompile(`(?m)^#define QI8_BM (\d+)\b`).FindStringSubmatch(string(q)); m == nil || m[1] != strconv.Itoa(moeBM) {
 		t.Errorf("quant.cu: QI8_BM %v, want moeBM = %d (the routing's tile rows)", m, moeBM)
 	}
-	bounds := regexp.MustCompile(`__launch_bounds__\((\d+)\) void k_gemv_tc\(`).FindStringSubmatch(text)
-	if bounds == nil {
-		t.Fatal("moe.cu: no __launch_bounds__ on k_gemv_tc")
-	}
-	if lb, _ := strconv.Atoi(bounds[1]); lb != 32*gemvMaxW {
-		t.Errorf("k_gemv_tc's launch bounds %d, want %d threads (gemvMaxW warps)", lb, 32*gemvMaxW)
+	for _, k := range []string{"k_gemv_tc", "k_gemv_tc16"} {
+		bounds := regexp.MustCompile(`__launch_bounds__\((\d+)\) void ` + k + `\(`).FindStringSubmatch(text)
+		if bounds == nil {
+			t.Fatalf("moe.cu: no __launch_bounds__ on %s", k)
+		}
+		if lb, _ := strconv.Atoi(bounds[1]); lb != 32*gemvMaxW {
+			t.Errorf("%s's launch bounds %d, want %d threads (gemvMaxW warps)", k, lb, 32*gemvMaxW)
+		}
 	}
 	for _, c := range []struct{ N, K, want int }{
 		{154880, 4096, 8}, // lm_head: many column tiles
@@ -156,10 +158,12 @@ func TestUseGemvTC(t *testing.T) {
 	}{
 		{npu.BF16, 1, 4096, 0x1000, 0x2000, true},
 		{npu.BF16, 8, 4096, 0x1000, 0x2000, true},
-		{npu.BF16, 9, 4096, 0x1000, 0x2000, false}, // above gemvMaxM: cuBLASLt
-		{npu.BF16, 3, 129, 0x1000, 0x2000, false},  // K % 8 != 0: k_gemm_small
-		{npu.BF16, 3, 4096, 0x1008, 0x2000, false}, // x not 16-byte aligned
-		{npu.BF16, 3, 4096, 0x1000, 0x2004, false}, // w not 16-byte aligned
+		{npu.BF16, 9, 4096, 0x1000, 0x2000, true}, // k_gemv_tc16
+		{npu.BF16, 16, 4096, 0x1000, 0x2000, true},
+		{npu.BF16, 17, 4096, 0x1000, 0x2000, false}, // above gemvMaxM: cuBLASLt
+		{npu.BF16, 3, 129, 0x1000, 0x2000, false},   // K % 8 != 0: k_gemm_small
+		{npu.BF16, 3, 4096, 0x1008, 0x2000, false},  // x not 16-byte aligned
+		{npu.BF16, 3, 4096, 0x1000, 0x2004, false},  // w not 16-byte aligned
 		{npu.F16, 1, 4096, 0x1000, 0x2000, false},
 		{npu.F32, 1, 4096, 0x1000, 0x2000, false},
 	} {

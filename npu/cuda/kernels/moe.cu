@@ -504,29 +504,31 @@ __device__ __forceinline__ uint4 ld_stream(const u16 *p) {
 	return v;
 }
 
-// k_gemv_tc: the decode form of k_moe_gemm_tc (BF16 weights, few rows),
-// and the dense small-M MatMul (tiles == 0, E = 1): C[r, n] = sum_k
-// A[a(r), k] * W_e[n, k] for the rows of a tile (moe_tile; a(r) = tok[r]
-// when tok != 0), in passes of GEMV_MT rows, so each weight is read once
-// per pass at memory speed. A block is a 16-column tile of W and its
-// blockDim.x/32 warps split K (warp w takes the 32-wide k blocks w, w +
-// warps, ...); their partial sums are added in warp order through shared
-// memory, so the result depends only on N, K and the block shape, not on
-// timing or on the number of rows.
+// gemv_tc is k_gemv_tc (R = 1: passes of 8 rows) and k_gemv_tc16 (R =
+// 2: passes of 16, the MMA's n8 twice): C[r, n] = sum_k A[a(r), k] *
+// W_e[n, k] for the rows of a tile (moe_tile; a(r) = tok[r] when tok !=
+// 0), in passes of 8R rows, so each weight is read once per pass at
+// memory speed. A block is a 16-column tile of W and its blockDim.x/32
+// warps split K (warp w takes the 32-wide k blocks w, w + warps, ...);
+// their partial sums are added in warp order through shared memory (red:
+// [GEMV_MAXW][128 R]), so a row's result depends only on N, K and the
+// block shape: not on timing, on the number of rows or on R.
 //
 // Each warp step is two m16n8k16 MMAs per part (six in all) per 16
-// columns x 32 k: lane
-// (g, q) loads 8 consecutive weights of rows g and g+8 (16 bytes each)
-// and the same 8 k of activation row g, and hands them to the MMAs as
-// their k positions {2q, 2q+1, 2q+8, 2q+9} (a permutation of k that
-// weights and activations share, so the dot products are unchanged). The
-// fp32 activations are split in three bf16 parts (split3x2) and the fp32
-// accumulation adds the smallest part first. Requires (host-checked) K %
-// 8 == 0, A and W 16-byte aligned.
-extern "C" __global__ __launch_bounds__(512) void k_gemv_tc(float *C, const float *A, const int *tok, const u16 *W,
-							    const int *tiles, const int *ntiles, const int *off, int M,
-							    int N, int K) {
-	__shared__ float red[GEMV_MAXW][128];
+// columns x 32 k x 8 rows: lane (g, q) loads 8 consecutive weights of
+// rows g and g+8 (16 bytes each) and the same 8 k of activation row g
+// (and g+8), and hands them to the MMAs as their k positions {2q, 2q+1,
+// 2q+8, 2q+9} (a permutation of k that weights and activations share, so
+// the dot products are unchanged). The fp32 activations are split in
+// three bf16 parts (split3x2) and the fp32 accumulation adds the smallest
+// part first, the two MMAs of a k block in two accumulators added at the
+// end (half the chain of dependent MMAs). Requires (host-checked) K % 8
+// == 0, A and W 16-byte aligned.
+template <int R>
+__device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, const int *tok, const u16 *W,
+					const int *tiles, const int *ntiles, const int *off, int M, int N, int K) {
+	constexpr int U = GEMV_U / R; // loads in flight per lane: the same registers for both R
+	constexpr int MT = GEMV_MT * R;
 	int e, r0, r1;
 	if (!moe_tile(tiles, ntiles, off, M, MOE_BM, e, r0, r1)) {
 		return;
@@ -539,69 +541,83 @@ extern "C" __global__ __launch_bounds__(512) void k_gemv_tc(float *C, const floa
 	const u16 *wa = W + ((i64)e * N + min(na, N - 1)) * K + 8 * q;
 	const u16 *wb = W + ((i64)e * N + min(nb, N - 1)) * K + 8 * q;
 	const int nkb = (K + 31) / 32;
-	for (int m0 = r0; m0 < r1; m0 += GEMV_MT) {
-		const int mt = min(GEMV_MT, r1 - m0);
-		const float *xr = g < mt ? A + (i64)(tok ? tok[m0 + g] : m0 + g) * K + 8 * q : A;
-		// Two accumulators (the two MMAs of a k block), added at the end:
-		// half the chain of dependent MMAs.
-		float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-		for (int kb0 = warp; kb0 < nkb; kb0 += S * GEMV_U) {
-			uint4 va[GEMV_U], vb[GEMV_U];
-			float4 x0[GEMV_U], x1[GEMV_U];
+	for (int m0 = r0; m0 < r1; m0 += MT) {
+		const int mt = min(MT, r1 - m0);
+		const float *xr[R];
 #pragma unroll
-			for (int u = 0; u < GEMV_U; u++) {
+		for (int h = 0; h < R; h++) {
+			const int m = 8 * h + g;
+			xr[h] = m < mt ? A + (i64)(tok ? tok[m0 + m] : m0 + m) * K + 8 * q : A;
+		}
+		float acc[R][2][4];
+#pragma unroll
+		for (int h = 0; h < R; h++) {
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				acc[h][0][i] = acc[h][1][i] = 0.0f;
+			}
+		}
+		for (int kb0 = warp; kb0 < nkb; kb0 += S * U) {
+			uint4 va[U], vb[U];
+			float4 x0[U][R], x1[U][R];
+#pragma unroll
+			for (int u = 0; u < U; u++) {
 				const int kb = kb0 + S * u;
 				const i64 k = (i64)kb * 32;
 				const bool ok = kb < nkb && k + 8 * q < K;
 				va[u] = vb[u] = make_uint4(0u, 0u, 0u, 0u);
-				x0[u] = x1[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 				if (ok) {
 					va[u] = ld_stream(wa + k);
 					vb[u] = ld_stream(wb + k);
-					if (g < mt) {
-						x0[u] = *(const float4 *)(xr + k);
-						x1[u] = *(const float4 *)(xr + k + 4);
+				}
+#pragma unroll
+				for (int h = 0; h < R; h++) {
+					x0[u][h] = x1[u][h] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+					if (ok && 8 * h + g < mt) {
+						x0[u][h] = *(const float4 *)(xr[h] + k);
+						x1[u][h] = *(const float4 *)(xr[h] + k + 4);
 					}
 				}
 			}
 #pragma unroll
-			for (int u = 0; u < GEMV_U; u++) {
+			for (int u = 0; u < U; u++) {
 				if (kb0 + S * u >= nkb) {
 					break;
 				}
-				// Pairs of k: 8q+{0,1}, +{2,3} (first MMA), +{4,5}, +{6,7}.
-				u32 p[3][4];
-				split3x2(x0[u].x, x0[u].y, p[0][0], p[1][0], p[2][0]);
-				split3x2(x0[u].z, x0[u].w, p[0][1], p[1][1], p[2][1]);
-				split3x2(x1[u].x, x1[u].y, p[0][2], p[1][2], p[2][2]);
-				split3x2(x1[u].z, x1[u].w, p[0][3], p[1][3], p[2][3]);
 #pragma unroll
-				for (int j = 2; j >= 0; j--) { // smallest part first
-					mma_bf16(acc, va[u].x, vb[u].x, va[u].y, vb[u].y, p[j][0], p[j][1]);
-					mma_bf16(acc2, va[u].z, vb[u].z, va[u].w, vb[u].w, p[j][2], p[j][3]);
+				for (int h = 0; h < R; h++) {
+					// Pairs of k: 8q+{0,1}, +{2,3} (first MMA), +{4,5}, +{6,7}.
+					u32 p[3][4];
+					split3x2(x0[u][h].x, x0[u][h].y, p[0][0], p[1][0], p[2][0]);
+					split3x2(x0[u][h].z, x0[u][h].w, p[0][1], p[1][1], p[2][1]);
+					split3x2(x1[u][h].x, x1[u][h].y, p[0][2], p[1][2], p[2][2]);
+					split3x2(x1[u][h].z, x1[u][h].w, p[0][3], p[1][3], p[2][3]);
+#pragma unroll
+					for (int j = 2; j >= 0; j--) { // smallest part first
+						mma_bf16(acc[h][0], va[u].x, vb[u].x, va[u].y, vb[u].y, p[j][0], p[j][1]);
+						mma_bf16(acc[h][1], va[u].z, vb[u].z, va[u].w, vb[u].w, p[j][2], p[j][3]);
+					}
 				}
 			}
 		}
-#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			acc[i] += acc2[i];
-		}
-		// acc: (row m = 2q, 2q+1) x (column na, nb) as c0 (2q, na), c1
-		// (2q+1, na), c2 (2q, nb), c3 (2q+1, nb).
+		// acc[h][0]: rows m = 8h + 2q, 8h + 2q + 1 x columns na, nb as c0
+		// (2q, na), c1 (2q+1, na), c2 (2q, nb), c3 (2q+1, nb).
 		if (S > 1) {
 #pragma unroll
-			for (int i = 0; i < 4; i++) {
-				red[warp][4 * lane + i] = acc[i];
+			for (int h = 0; h < R; h++) {
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					red[warp * 128 * R + 128 * h + 4 * lane + i] = acc[h][0][i] + acc[h][1][i];
+				}
 			}
 			__syncthreads();
-			if (threadIdx.x < 128) {
-				const int t = threadIdx.x;
-				float s = red[0][t];
+			for (int t = threadIdx.x; t < 128 * R; t += blockDim.x) {
+				float s = red[t];
 				for (int w = 1; w < S; w++) {
-					s += red[w][t];
+					s += red[w * 128 * R + t];
 				}
-				const int l = t >> 2, i = t & 3;
-				const int m = 2 * (l & 3) + (i & 1), n = n0 + (l >> 2) + 8 * (i >> 1);
+				const int h = t >> 7, l = (t >> 2) & 31, i = t & 3;
+				const int m = 8 * h + 2 * (l & 3) + (i & 1), n = n0 + (l >> 2) + 8 * (i >> 1);
 				if (m < mt && n < N) {
 					C[(i64)(m0 + m) * N + n] = s;
 				}
@@ -609,12 +625,34 @@ extern "C" __global__ __launch_bounds__(512) void k_gemv_tc(float *C, const floa
 			__syncthreads();
 		} else {
 #pragma unroll
-			for (int i = 0; i < 4; i++) {
-				const int m = 2 * q + (i & 1), n = (i >> 1) ? nb : na;
-				if (m < mt && n < N) {
-					C[(i64)(m0 + m) * N + n] = acc[i];
+			for (int h = 0; h < R; h++) {
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					const int m = 8 * h + 2 * q + (i & 1), n = (i >> 1) ? nb : na;
+					if (m < mt && n < N) {
+						C[(i64)(m0 + m) * N + n] = acc[h][0][i] + acc[h][1][i];
+					}
 				}
 			}
 		}
 	}
+}
+
+// k_gemv_tc: gemv_tc in passes of 8 rows: the MoE decode GEMMs (grouped
+// over the routing's tiles) and the dense MatMul (tiles == 0) up to 8
+// rows.
+extern "C" __global__ __launch_bounds__(512) void k_gemv_tc(float *C, const float *A, const int *tok, const u16 *W,
+							    const int *tiles, const int *ntiles, const int *off, int M,
+							    int N, int K) {
+	__shared__ float red[GEMV_MAXW * 128];
+	gemv_tc<1>(red, C, A, tok, W, tiles, ntiles, off, M, N, K);
+}
+
+// k_gemv_tc16: gemv_tc in passes of 16 rows: the dense MatMul of 9 to 16
+// rows, each weight read once.
+extern "C" __global__ __launch_bounds__(512) void k_gemv_tc16(float *C, const float *A, const int *tok, const u16 *W,
+							      const int *tiles, const int *ntiles, const int *off, int M,
+							      int N, int K) {
+	__shared__ float red[GEMV_MAXW * 256];
+	gemv_tc<2>(red, C, A, tok, W, tiles, ntiles, off, M, N, K);
 }
