@@ -105,3 +105,71 @@ func TestGPUGEMVDeterministic(t *testing.T) {
 	}
 	h.free(x, w)
 }
+
+// TestGPUMoEDecode runs MoE at the slice's expert shapes (hidden 4096,
+// intermediate 2048, top-8; 16 experts rather than 64 to bound the CPU
+// reference's memory) at decode batches, and an expert with more rows
+// than one routing tile, through k_gemv_tc and through k_moe_gemv_f, and
+// MoEQ (W8A8_DYNAMIC, k_gemv_i8) on the same routings.
+func TestGPUMoEDecode(t *testing.T) {
+	h := newBoth(t, 33)
+	defer func() { gemvTC = true }()
+	// Expert 0 takes all but one assignment of each token (repeats, as
+	// the CPU allows), so it has (k-1)T rows: more than a 64-row tile.
+	crowd := func(T, k int) []int32 {
+		ids := make([]int32, T*k)
+		for i := range ids {
+			if i%k == k-1 {
+				ids[i] = int32(1 + (i/k)%15)
+			}
+		}
+		return ids
+	}
+	for _, c := range []struct {
+		name          string
+		T, D, E, I, k int
+		ids           func(T, k int) []int32
+	}{
+		{"slice batch 1", 1, 4096, 16, 2048, 8, nil},
+		{"slice batch 8", 8, 4096, 16, 2048, 8, nil},
+		{"odd, K % 32 != 0", 3, 136, 7, 40, 3, nil},
+		{"expert 0 with 80 rows (two tiles)", 40, 264, 16, 96, 3, crowd},
+	} {
+		gu := h.rand(npu.BF16, 0.05, c.E, 2*c.I, c.D)
+		dn := h.rand(npu.BF16, 0.05, c.E, c.D, c.I)
+		var ids pair
+		if c.ids != nil {
+			ids = h.ints(c.ids(c.T, c.k), c.T, c.k)
+		} else {
+			v := make([]int32, c.T*c.k)
+			for tok := range c.T {
+				for j, e := range h.r.Perm(c.E)[:c.k] {
+					v[tok*c.k+j] = int32(e)
+				}
+			}
+			ids = h.ints(v, c.T, c.k)
+		}
+		x := h.rand(npu.F32, 1, c.T, c.D)
+		w := h.rand(npu.F32, 0.5, c.T, c.k)
+		for _, tc := range []bool{true, false} {
+			gemvTC = tc
+			name := fmt.Sprintf("MoE %s T=%d D=%d E=%d I=%d top-%d gemvTC=%v", c.name, c.T, c.D, c.E, c.I, c.k, tc)
+			out := h.rand(npu.F32, 1, c.T, c.D)
+			h.g.MoE(out.g, x.g, gu.g, dn.g, w.g, ids.g, 7)
+			cpuBE.MoE(out.c, x.c, gu.c, dn.c, w.c, ids.c, 7)
+			h.sync()
+			h.close(name, out, 2e-5)
+			h.free(out)
+		}
+		// The int8 decode GEMV (k_gemv_i8) on the same routing.
+		name := fmt.Sprintf("MoEQ W8A8_DYNAMIC %s T=%d D=%d E=%d I=%d top-%d", c.name, c.T, c.D, c.E, c.I, c.k)
+		gg, gc := h.qweight(npu.QW8A8Dynamic, c.E, 2*c.I, c.D, 0)
+		dg, dc := h.qweight(npu.QW8A8Dynamic, c.E, c.D, c.I, 0)
+		out := h.rand(npu.F32, 1, c.T, c.D)
+		h.g.MoEQ(out.g, x.g, gg, dg, w.g, ids.g, 7)
+		cpuBE.MoEQ(out.c, x.c, gc, dc, w.c, ids.c, 7)
+		h.sync()
+		h.close(name, out, 5e-3) // as TestGPUMoEQ: requantized SwiGLU rows
+		h.free(out, gu, dn, ids, x, w)
+	}
+}
