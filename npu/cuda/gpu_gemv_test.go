@@ -171,5 +171,8 @@ func TestGPUMoEDecode(t *testing.T) {
 		h.sync()
 		h.close(name, out, 5e-3) // as TestGPUMoEQ: requantized SwiGLU rows
 		h.free(out, gu, dn, ids, x, w)
+		for _, q := range [][2]*npu.QuantWeight{{gg, gc}, {dg, dc}} {
+			h.free(pair{q[0].Weight, q[1].Weight}, pair{q[0].Scale, q[1].Scale})
+		}
 	}
 }
