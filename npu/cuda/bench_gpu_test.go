@@ -65,6 +65,86 @@ func TestGPUThroughput(t *testing.T) {
 	SplitBF16 = true
 }
 
+// TestGPUDecodeGEMV measures the decode MatMuls of the slice config
+// (BF16 weights, M = 1, 8 and 16; 32 for the threshold) with k_gemv_tc
+// and k_gemv_tc16 and with the kernels they replaced (gemvTC = false:
+// k_gemm_small at M <= 4, the split cuBLASLt GEMM above), as GB/s of weights read and the fraction of the measured
+// device copy rate (read + write bytes of a 2 GiB cuMemcpyDtoD), when
+// NPUSERVE_CUDA_BENCH=1. Weights smaller than the L2 cache are cycled
+// through enough copies (256 MiB at least) that each run reads HBM.
+func TestGPUDecodeGEMV(t *testing.T) {
+	g := newGPUBench(t)
+	b, alloc := g.b, g.alloc
+	defer func() { gemvTC = true }()
+	copyGBs := g.copyRate()
+	t.Logf("device copy rate %.0f GB/s (read + write)", copyGBs)
+	for _, s := range []struct {
+		name    string
+		M, N, K int
+	}{
+		{"lm_head", 1, 154880, 4096},
+		{"4096x4096", 1, 4096, 4096},
+		{"4096x4096", 8, 4096, 4096},
+		{"q_a 1536x4096", 1, 1536, 4096},
+		{"q_b 16384x1536", 1, 16384, 1536},
+		{"o_proj 4096x16384", 1, 4096, 16384},
+		{"dense gate_up 24576x4096", 1, 24576, 4096},
+		{"dense gate_up 24576x4096", 8, 24576, 4096},
+		{"dense down 4096x12288", 8, 4096, 12288},
+		{"4096x4096", 16, 4096, 4096},
+		{"dense gate_up 24576x4096", 16, 24576, 4096},
+		{"4096x4096", 32, 4096, 4096},
+		{"dense gate_up 24576x4096", 32, 24576, 4096},
+	} {
+		wbytes := 2 * s.N * s.K
+		copies := max(1, (256<<20+wbytes-1)/wbytes)
+		ws := make([]*npu.Tensor, copies)
+		for i := range ws {
+			ws[i] = alloc(npu.BF16, s.N, s.K)
+			b.Fill(ws[i], 0.02)
+		}
+		xm, om := alloc(npu.F32, s.M, s.K), alloc(npu.F32, s.M, s.N)
+		b.Fill(xm, 0.01)
+		for _, tc := range []bool{true, false} {
+			gemvTC = tc
+			// Above gemvMaxM MatMul takes cuBLASLt either way; the
+			// gemvTC row calls k_gemv_tc16 itself (passes of 16 rows,
+			// each pass reading the weights again, from L2 where they
+			// stay), to show where the threshold belongs.
+			direct := tc && s.M > gemvMaxM
+			i := 0
+			ms := g.timed(max(20, 4*copies), func() {
+				if direct {
+					b.gemvTC(b.ptr(om), b.ptr(xm), 0, b.ptr(ws[i%copies]), nil, s.M, s.N, s.K)
+				} else {
+					b.MatMul(om, xm, ws[i%copies])
+				}
+				i++
+			})
+			gbs := float64(wbytes) / ms / 1e6
+			g.t.Logf("MatMul bf16 %-26s M=%-2d gemvTC=%-5v %8.3f ms  %6.0f GB/s of weights  %.2f of copy",
+				s.name, s.M, tc, ms, gbs, gbs/copyGBs)
+		}
+		for _, w := range ws {
+			b.Free(w)
+		}
+		b.Free(xm)
+		b.Free(om)
+	}
+}
+
+// copyRate measures cuMemcpyDtoD of 2 GiB: GB/s of bytes read plus
+// written (the figure the decode floor in docs/performance.md uses).
+func (g *gpuBench) copyRate() float64 {
+	n := 1 << 29
+	a, c := g.alloc(npu.F32, n), g.alloc(npu.F32, n)
+	defer g.b.Free(a)
+	defer g.b.Free(c)
+	g.b.Fill(a, 1)
+	ms := g.timed(5, func() { g.b.Copy(c, a) })
+	return 2 * 4 * float64(n) / ms / 1e6
+}
+
 // gpuBench times ops with CUDA events for the throughput tests, which run
 // only with NPUSERVE_CUDA_BENCH=1 (they are measurements, not checks).
 type gpuBench struct {

@@ -29,7 +29,10 @@ func TestGPUMoEThroughput(t *testing.T) {
 	dn8 := &npu.QuantWeight{Scheme: npu.QW8A8Dynamic, Weight: alloc(npu.I8, E, D, I), Scale: alloc(npu.F32, E, D)}
 	b.PrepareQuant(gu8)
 	b.PrepareQuant(dn8)
-	for _, T := range []int{1, 32, 128, 4096} {
+	defer func() { gemvTC = true }()
+	copyGBs := g.copyRate()
+	t.Logf("device copy rate %.0f GB/s (read + write)", copyGBs)
+	for _, T := range []int{1, 8, 32, 128, 4096} {
 		ids := make([]int32, T*k)
 		touched := map[int32]bool{}
 		for tok := range T {
@@ -49,9 +52,18 @@ func TestGPUMoEThroughput(t *testing.T) {
 		}
 		flops := 2 * float64(T*k) * 3 * D * I
 		perExpert := float64(3 * D * I)
-		ms := timed(reps, func() { b.MoE(out, x, gu16, dn16, w, idt, 7) })
-		report(fmt.Sprintf("MoE bf16 T=%d E=%d top-%d D=%d I=%d", T, E, k, D, I), ms, 2*perExpert*float64(len(touched)), flops)
-		ms = timed(reps, func() { b.MoEQ(out, x, gu8, dn8, w, idt, 7) })
+		for _, tc := range []bool{true, false} {
+			if !tc && T > 32 {
+				continue // the tiled GEMMs: gemvTC does not apply
+			}
+			gemvTC = tc
+			ms := timed(reps, func() { b.MoE(out, x, gu16, dn16, w, idt, 7) })
+			wb := 2 * perExpert * float64(len(touched))
+			report(fmt.Sprintf("MoE bf16 T=%d E=%d top-%d D=%d I=%d gemvTC=%v", T, E, k, D, I, tc), ms, wb, flops)
+			t.Logf("  %d experts touched: %.2f of copy", len(touched), wb/ms/1e6/copyGBs)
+		}
+		gemvTC = true
+		ms := timed(reps, func() { b.MoEQ(out, x, gu8, dn8, w, idt, 7) })
 		report(fmt.Sprintf("MoEQ W8A8_DYNAMIC T=%d E=%d top-%d", T, E, k), ms, perExpert*float64(len(touched)), flops)
 		for _, tt := range []*npu.Tensor{idt, w, x, out} {
 			b.Free(tt)

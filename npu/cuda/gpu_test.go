@@ -277,10 +277,11 @@ func TestGPUMatMul(t *testing.T) {
 		{npu.F32, 1, 77, 129, true, 1e-5},
 		{npu.F32, 5, 300, 1000, true, 1e-5},
 		{npu.F32, 37, 515, 257, true, 1e-5},
-		{npu.BF16, 1, 77, 129, true, 1e-5},   // exact kernel, scalar loads
-		{npu.BF16, 3, 300, 1032, true, 1e-5}, // exact kernel, vector loads, ragged unroll
+		{npu.BF16, 1, 77, 129, true, 1e-5},   // k_gemm_small, scalar loads (K % 8 != 0)
+		{npu.BF16, 3, 300, 1032, true, 1e-5}, // k_gemv_tc (gpu_gemv_test.go has more)
 		{npu.BF16, 4, 129, 4096, true, 1e-5},
-		{npu.BF16, 5, 300, 1024, true, 2e-5},   // split bf16 tensor cores
+		{npu.BF16, 5, 300, 1024, true, 2e-5},   // k_gemv_tc
+		{npu.BF16, 17, 300, 1024, true, 2e-5},  // split bf16 tensor cores
 		{npu.BF16, 67, 515, 2048, true, 2e-5},  // split bf16 tensor cores
 		{npu.BF16, 67, 515, 2048, false, 1e-5}, // widened fp32
 		{npu.BF16, 33, 100, 131, true, 2e-5},   // odd K, unaligned rows

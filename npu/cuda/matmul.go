@@ -12,9 +12,15 @@ import (
 //
 //   - F32 weights: cuBLASLt fp32 GEMM with CUBLAS_COMPUTE_32F (plain fp32
 //     FMA, TF32 off).
-//   - BF16 or F16 weights, M <= gemmSmallM (decode): k_gemm_small widens
-//     the weights in registers and accumulates in fp32, reading them once
-//     at memory speed.
+//   - BF16 weights, M <= gemvMaxM (decode), K % 8 == 0 and x and w
+//     16-byte aligned: k_gemv_tc (k_gemv_tc16 above 8 rows;
+//     kernels/moe.cu) splits x into three
+//     bf16 parts (24 bits: all of fp32's mantissa) and multiplies them
+//     with the weights on the tensor cores, fp32 accumulation, reading
+//     each weight once; fp32 rounding, in another summation order.
+//   - BF16 (otherwise) or F16 weights, M <= gemmSmallM: k_gemm_small
+//     widens the weights in registers and accumulates in fp32, reading
+//     them once at memory speed.
 //   - BF16 weights, larger M (prefill): the activations are split into two
 //     bf16 terms, x = hi + lo with |x - hi - lo| <= 2^-18 |x|, and two bf16
 //     tensor-core GEMMs with fp32 accumulation add w·hi + w·lo. The error
@@ -24,14 +30,22 @@ import (
 //   - F16 weights, larger M: widened to an fp32 scratch, fp32 GEMM.
 //
 // So a row's result may differ in the last bits between a batch of
-// gemmSmallM rows and a larger one.
+// gemvMaxM (gemmSmallM) rows and a larger one; within k_gemv_tc and
+// k_gemv_tc16 it depends only on N and K, not on M.
 
 // gemmSmallM is the largest M that k_gemm_small serves.
 const gemmSmallM = 4
 
+// gemvMaxM is the largest M that k_gemv_tc (up to gemvPass rows) and
+// k_gemv_tc16 (up to twice that) serve for BF16 weights. Up to it the
+// weights are read once at memory speed; above it the split bf16 GEMM
+// reads them twice, through cuBLASLt.
+const gemvMaxM = 2 * gemvPass
+
 // SplitBF16 selects the split-activation bf16 tensor-core GEMM for BF16
-// weights at M > gemmSmallM (see the numerics above); false uses widened weights
-// and the fp32 GEMM. For tests and measurements; set before use.
+// weights above k_gemv_tc's and k_gemm_small's M (see the numerics
+// above); false uses widened weights and the fp32 GEMM. For tests and
+// measurements; set before use.
 var SplitBF16 = true
 
 // planKey identifies a cuBLASLt plan.
@@ -63,6 +77,8 @@ func (b *Backend) MatMul(out, x, w *npu.Tensor) {
 	switch {
 	case w.DType() == npu.F32:
 		b.gemmOrFail(cudaR32F, M, N, K, pw, px, po)
+	case useGemvTC(w.DType(), M, K, px, pw):
+		b.gemvTC(po, px, 0, pw, nil, M, N, K)
 	case M <= gemmSmallM:
 		b.gemmSmall(po, px, pw, w.DType(), M, N, K)
 	case w.DType() == npu.BF16 && SplitBF16 && b.splitGemm(M, N, K, pw, px, po):
@@ -74,6 +90,13 @@ func (b *Backend) MatMul(out, x, w *npu.Tensor) {
 		b.gemmOrFail(cudaR32F, M, N, K, s.ptr, px, po)
 		b.freeBuf(s)
 	}
+}
+
+// useGemvTC says whether MatMul of M rows of K with weights of dtype dt
+// (x and w at these device addresses) takes k_gemv_tc: BF16, M <=
+// gemvMaxM, K % 8 == 0 and 16-byte aligned operands (its vector loads).
+func useGemvTC(dt npu.DType, M, K int, x, w uint64) bool {
+	return gemvTC && dt == npu.BF16 && M <= gemvMaxM && K%8 == 0 && x%16 == 0 && w%16 == 0
 }
 
 // splitGemm is the split-activation bf16 GEMM; false (nothing enqueued)

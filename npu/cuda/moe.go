@@ -21,14 +21,15 @@ import (
 //     routing weights in ascending expert order, as the CPU does, then
 //     adds the sum to out: no atomics, so results do not depend on timing.
 //
-// The grouped GEMMs accumulate in fp32 in ascending k, widening 16-bit
-// weights in registers, so a row's result depends only on its input and
-// its expert. Two forms: a shared-memory tiled kernel (64x64 tiles, 4x4
-// per thread) for prefill, and, when the experts average few rows
-// (decode), a warp-per-column kernel that reads each weight once for up
-// to 8 rows at memory speed. Both are CUDA-core fp32 FMA kernels: exact
-// to the CPU's fp32 arithmetic (up to summation order), not tensor-core
-// fast; prefill at scale wants a bf16 MMA grouped GEMM (future work).
+// The grouped GEMMs accumulate in fp32 in a fixed order along k,
+// widening 16-bit weights in registers, so a row's result depends only on
+// its input and its expert. Two forms: a tiled kernel (64x64 tiles) for
+// prefill, and, when the experts average few rows (decode), one that
+// reads each weight once per 8 rows at memory speed: k_gemv_tc for
+// BF16 experts (tensor-core MMAs on the activations split in three bf16
+// parts, fp32 accumulation), the warp-per-column k_moe_gemv_f (fp32
+// FMA) for the other dtypes. Both agree with the CPU's fp32 arithmetic
+// up to summation order.
 
 // Limits of the MoE kernels (MOE_* in kernels/moe.cu).
 const (
@@ -92,11 +93,14 @@ func (b *Backend) route(op int, ids uint64, n, k, E int) *moeRoute {
 // dense over M rows (E = 1) when rt is nil.
 func (b *Backend) gemmF(c, a, tok, w uint64, wdt int, scale uint64, group int, rt *moeRoute, M, N, K int) {
 	var off, tiles, ntiles uint64
-	small, ys := M <= moeSmallRows, (M+moeBM-1)/moeBM
-	ey := 1
+	small, ys, ysSmall := M <= moeSmallRows, (M+moeBM-1)/moeBM, (M+moeBM-1)/moeBM
 	if rt != nil {
 		off, tiles, ntiles = rt.off, rt.tiles, rt.ntiles
-		small, ys, ey = rt.small, rt.maxTiles, rt.E
+		small, ys, ysSmall = rt.small, rt.maxTiles, min(rt.maxTiles, rt.n) // every tile holds a row
+	}
+	if small && wdt == dtypeCode(npu.BF16) && group == 0 && gemvTC && K%8 == 0 && a%16 == 0 && w%16 == 0 {
+		b.gemvTC(c, a, tok, w, rt, M, N, K)
+		return
 	}
 	if small {
 		align := uint64(16)
@@ -104,8 +108,8 @@ func (b *Backend) gemmF(c, a, tok, w uint64, wdt int, scale uint64, group int, r
 			align = 8
 		}
 		vec := K%8 == 0 && a%16 == 0 && w%align == 0
-		b.launch("k_moe_gemv_f", d2((N+7)/8, ey), d1(256), 0,
-			c, a, tok, w, pI32(wdt), scale, pI32(group), off, pI32(M), pI32(N), pI32(K), pBool(vec))
+		b.launch("k_moe_gemv_f", d2((N+7)/8, ysSmall), d1(256), 0,
+			c, a, tok, w, pI32(wdt), scale, pI32(group), tiles, ntiles, off, pI32(M), pI32(N), pI32(K), pBool(vec))
 		return
 	}
 	if wdt == dtypeCode(npu.BF16) && group == 0 && moeTensorCores {
@@ -116,6 +120,62 @@ func (b *Backend) gemmF(c, a, tok, w uint64, wdt int, scale uint64, group int, r
 	}
 	b.launch("k_moe_gemm_f", d2((N+moeBN-1)/moeBN, ys), d1(256), 0,
 		c, a, tok, w, pI32(wdt), scale, pI32(group), tiles, ntiles, off, pI32(M), pI32(N), pI32(K))
+}
+
+// gemvTC selects k_gemv_tc (tensor-core MMAs on three-part bf16
+// activations, fp32 accumulation) for BF16 weights at few rows: the MoE
+// decode GEMMs and the dense MatMul up to gemvMaxM rows (k_gemv_tc16
+// above gemvPass). false keeps the
+// fp32 CUDA-core kernels (k_moe_gemv_f, k_gemm_small and cuBLASLt): for
+// tests and measurements.
+var gemvTC = true
+
+// Shape of k_gemv_tc's work (GEMV_* in kernels/moe.cu): 16 output
+// columns per block, its warps splitting K in 32-wide blocks, GEMV_U of
+// them in flight per warp.
+const (
+	gemvPass = 8 // rows per pass of k_gemv_tc (GEMV_MT: the MMA's n8); k_gemv_tc16 twice that
+	gemvCols = 16
+	gemvU    = 4
+	gemvMaxW = 16
+	gemvSMs  = 132 // column tiles below which K is split 16 ways (the H200's SMs)
+)
+
+// gemvWarps is k_gemv_tc's warps per block for N columns of K: 16 when
+// there are fewer column tiles than SMs and K is long enough to give each
+// warp a full GEMV_U group (more loads in flight where blocks are few),
+// 4 for short K, else 8 (at its ~96 registers two such blocks fit an SM,
+// one of 16 warps). It depends only on the shape, so a row's result does
+// too.
+func gemvWarps(N, K int) int {
+	tiles, kb := (N+gemvCols-1)/gemvCols, (K+31)/32
+	switch {
+	case tiles < gemvSMs && kb >= gemvMaxW*gemvU:
+		return gemvMaxW
+	case kb <= 4*gemvU:
+		return 4
+	}
+	return 8
+}
+
+// gemvTC enqueues k_gemv_tc: C = A · W^T for BF16 W [E, N, K], grouped
+// over rt (one block row per tile of the routing; a tile's rows go in
+// passes of gemvPass, the experts averaging few rows at decode) or dense
+// over M rows when rt is nil (k_gemv_tc16, passes of 2*gemvPass, above
+// gemvPass rows). The caller checks K % 8 == 0 and 16-byte alignment of
+// A and W.
+func (b *Backend) gemvTC(c, a, tok, w uint64, rt *moeRoute, M, N, K int) {
+	var off, tiles, ntiles uint64
+	ys := (M + moeBM - 1) / moeBM
+	name := "k_gemv_tc"
+	if rt != nil {
+		// Every tile holds a row, so there are at most n of them.
+		off, tiles, ntiles, ys = rt.off, rt.tiles, rt.ntiles, min(rt.maxTiles, rt.n)
+	} else if M > gemvPass {
+		name = "k_gemv_tc16"
+	}
+	b.launch(name, d2((N+gemvCols-1)/gemvCols, ys), d1(32*gemvWarps(N, K)), 0,
+		c, a, tok, w, tiles, ntiles, off, pI32(M), pI32(N), pI32(K))
 }
 
 // moeTensorCores selects the tensor-core form of the tiled grouped GEMM

@@ -1,6 +1,8 @@
 package cuda
 
 import (
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -91,6 +93,82 @@ func TestMoEOpNames(t *testing.T) {
 	}{{opMoE, "MoE"}, {opMoEQ, "MoEQ"}} {
 		if e := deviceError(devErrIndex, c.op, 77); e.Op != c.name || !strings.Contains(e.Error(), "index 77") {
 			t.Errorf("op %d: %v", c.op, e)
+		}
+	}
+}
+
+// TestGEMVKernelConstants: k_gemv_tc's sizes in kernels/moe.cu (and the
+// tile rows k_gemv_i8 walks in quant.cu) are the Go side's, and the block shapes gemvWarps picks fit its launch bounds and
+// shared memory.
+func TestGEMVKernelConstants(t *testing.T) {
+	src, err := kernelFS.ReadFile("kernels/moe.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(src)
+	defs := map[string]int{}
+	for _, m := range regexp.MustCompile(`(?m)^#define (\w+) (\d+)\b`).FindAllStringSubmatch(text, -1) {
+		defs[m[1]], _ = strconv.Atoi(m[2])
+	}
+	for name, want := range map[string]int{"GEMV_MT": gemvPass, "GEMV_U": gemvU, "GEMV_MAXW": gemvMaxW, "MOE_BM": moeBM} {
+		if got, ok := defs[name]; !ok || got != want {
+			t.Errorf("moe.cu: %s = %d (defined %v), Go has %d", name, got, ok, want)
+		}
+	}
+	q, err := kernelFS.ReadFile("kernels/quant.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := regexp.MustCompile(`(?m)^#define QI8_BM (\d+)\b`).FindStringSubmatch(string(q)); m == nil || m[1] != strconv.Itoa(moeBM) {
+		t.Errorf("quant.cu: QI8_BM %v, want moeBM = %d (the routing's tile rows)", m, moeBM)
+	}
+	for _, k := range []string{"k_gemv_tc", "k_gemv_tc16"} {
+		bounds := regexp.MustCompile(`__launch_bounds__\((\d+)\) void ` + k + `\(`).FindStringSubmatch(text)
+		if bounds == nil {
+			t.Fatalf("moe.cu: no __launch_bounds__ on %s", k)
+		}
+		if lb, _ := strconv.Atoi(bounds[1]); lb != 32*gemvMaxW {
+			t.Errorf("%s's launch bounds %d, want %d threads (gemvMaxW warps)", k, lb, 32*gemvMaxW)
+		}
+	}
+	for _, c := range []struct{ N, K, want int }{
+		{154880, 4096, 8}, // lm_head: many column tiles
+		{4096, 4096, 8},   // 256 tiles: two blocks per SM
+		{1536, 4096, 16},  // 96 tiles: fewer than the SMs
+		{16384, 1536, 8},
+		{4096, 2048, 8}, // MoE down
+		{1536, 1000, 8}, // too short a K for 16 warps of GEMV_U blocks
+		{77, 136, 4},    // 5 k blocks
+		{1, 8, 4},
+	} {
+		if got := gemvWarps(c.N, c.K); got != c.want {
+			t.Errorf("gemvWarps(%d, %d) = %d, want %d", c.N, c.K, got, c.want)
+		}
+	}
+}
+
+// TestUseGemvTC: which decode MatMuls take k_gemv_tc (the threshold and
+// the vector-load conditions; the rest go to k_gemm_small or cuBLASLt).
+func TestUseGemvTC(t *testing.T) {
+	for _, c := range []struct {
+		dt   npu.DType
+		M, K int
+		x, w uint64
+		want bool
+	}{
+		{npu.BF16, 1, 4096, 0x1000, 0x2000, true},
+		{npu.BF16, 8, 4096, 0x1000, 0x2000, true},
+		{npu.BF16, 9, 4096, 0x1000, 0x2000, true}, // k_gemv_tc16
+		{npu.BF16, 16, 4096, 0x1000, 0x2000, true},
+		{npu.BF16, 17, 4096, 0x1000, 0x2000, false}, // above gemvMaxM: cuBLASLt
+		{npu.BF16, 3, 129, 0x1000, 0x2000, false},   // K % 8 != 0: k_gemm_small
+		{npu.BF16, 3, 4096, 0x1008, 0x2000, false},  // x not 16-byte aligned
+		{npu.BF16, 3, 4096, 0x1000, 0x2004, false},  // w not 16-byte aligned
+		{npu.F16, 1, 4096, 0x1000, 0x2000, false},
+		{npu.F32, 1, 4096, 0x1000, 0x2000, false},
+	} {
+		if got := useGemvTC(c.dt, c.M, c.K, c.x, c.w); got != c.want {
+			t.Errorf("useGemvTC(%v, M=%d, K=%d, x=%#x, w=%#x) = %v, want %v", c.dt, c.M, c.K, c.x, c.w, got, c.want)
 		}
 	}
 }

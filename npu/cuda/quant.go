@@ -161,14 +161,14 @@ func (b *Backend) gemmQ(p *qdev, c uint64, a qacts, tok uint64, rt *moeRoute, M 
 		ws = p.scale
 	}
 	var off, tiles, ntiles uint64
-	small, ys, ey := M <= moeSmallRows, (M+moeBM-1)/moeBM, 1
+	small, ys, ysSmall := M <= moeSmallRows, (M+moeBM-1)/moeBM, (M+moeBM-1)/moeBM
 	if rt != nil {
 		off, tiles, ntiles = rt.off, rt.tiles, rt.ntiles
-		small, ys, ey = rt.small, rt.maxTiles, rt.E
+		small, ys, ysSmall = rt.small, rt.maxTiles, min(rt.maxTiles, rt.n) // every tile holds a row
 	}
 	if small {
-		b.launch("k_gemv_i8", d2((p.N+7)/8, ey), d1(256), 0,
-			c, a.q, tok, p.w, pI32(mode), a.scale, ws, p.qbias, p.deq, off, pI32(M), pI32(p.N), pI32(p.kp))
+		b.launch("k_gemv_i8", d2((p.N+7)/8, ysSmall), d1(256), 0,
+			c, a.q, tok, p.w, pI32(mode), a.scale, ws, p.qbias, p.deq, tiles, ntiles, off, pI32(M), pI32(p.N), pI32(p.kp))
 		return
 	}
 	kernel := "k_gemm_i8"

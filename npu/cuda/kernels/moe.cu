@@ -359,19 +359,22 @@ __device__ __forceinline__ void decode8(float *wf, const void *W, i64 i, int wdt
 
 // k_moe_gemv_f: the small-row form of k_moe_gemm_f for decode, where the
 // weights' bandwidth is the limit: one warp per output column n, up to
-// MOE_SMALL_MT rows of the expert per pass (so each weight is read once
-// for up to that many rows). Grouped (off != 0): blockIdx.y is the
-// expert; dense: rows [0, M). vec (host-checked: K % 8 == 0, A and W
+// MOE_SMALL_MT rows of a tile (moe_tile) per pass (so each weight is read
+// once for up to that many rows). Grouped (tiles != 0): blockIdx.y is a
+// tile of the routing, so no block waits on an expert without rows. vec (host-checked: K % 8 == 0, A and W
 // aligned) loads 8 weights at a time.
 extern "C" __global__ void k_moe_gemv_f(float *C, const float *A, const int *tok, const void *W, int wdt,
-					const u8 *scale, int group, const int *off, int M, int N, int K, int vec) {
+					const u8 *scale, int group, const int *tiles, const int *ntiles, const int *off,
+					int M, int N, int K, int vec) {
 	const int lane = threadIdx.x & 31;
 	const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	if (n >= N) {
 		return;
 	}
-	const int e = off ? blockIdx.y : 0;
-	const int rb = off ? off[e] : 0, re = off ? off[e + 1] : M;
+	int e, rb, re;
+	if (!moe_tile(tiles, ntiles, off, M, MOE_BM, e, rb, re)) {
+		return;
+	}
 	const int nb = group > 0 ? (K + group - 1) / group : 0;
 	const i64 wrow = ((i64)e * N + n) * K;
 	const i64 srow = ((i64)e * N + n) * nb;
@@ -386,6 +389,7 @@ extern "C" __global__ void k_moe_gemv_f(float *C, const float *A, const int *tok
 			ar[j] = A + (i64)(tok ? tok[r] : r) * K;
 		}
 		if (vec) {
+#pragma unroll 4
 			for (int c = lane * 8; c < K; c += 256) {
 				float wf[8];
 				decode8(wf, W, wrow + c, wdt, scale, srow, c, group);
@@ -460,4 +464,195 @@ extern "C" __global__ void k_moe_combine(float *out, const float *y, const float
 		}
 		out[t * D + d] += acc;
 	}
+}
+
+#define GEMV_MT 8    // rows per pass of k_gemv_tc: the MMA's n8 (gemvMaxM in matmul.go)
+#define GEMV_U 4     // 32-wide k blocks in flight per warp (gemvU in moe.go)
+#define GEMV_MAXW 16 // warps per block at most (gemvMaxW in moe.go)
+
+// bf2 rounds a and b to bf16 (nearest even; a NaN stays a NaN) packed as
+// a | b << 16, an MMA operand register.
+__device__ __forceinline__ u32 bf2(float a, float b) {
+	u32 d;
+	asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(b), "f"(a));
+	return d;
+}
+
+__device__ __forceinline__ float bf2_lo(u32 v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float bf2_hi(u32 v) { return __uint_as_float(v & 0xffff0000u); }
+
+// split3x2 writes the pair (a, b) as three packed bf16 pairs with a =
+// hi + mid + lo to 24 bits (all of an fp32 mantissa, as k_moe_gemm_tc
+// splits), likewise b. A non-finite value is carried by hi alone (its
+// remainder, NaN, is replaced by 0), so an infinity stays one.
+__device__ __forceinline__ void split3x2(float a, float b, u32 &hi, u32 &mid, u32 &lo) {
+	hi = bf2(a, b);
+	float ra = a - bf2_lo(hi), rb = b - bf2_hi(hi);
+	ra = ra == ra ? ra : 0.0f;
+	rb = rb == rb ? rb : 0.0f;
+	mid = bf2(ra, rb);
+	lo = bf2(ra - bf2_lo(mid), rb - bf2_hi(mid));
+}
+
+// ld_stream loads 16 weight bytes that are read once: not kept in L1, so
+// the activation rows stay there.
+__device__ __forceinline__ uint4 ld_stream(const u16 *p) {
+	uint4 v;
+	asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+	    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+	    : "l"(p));
+	return v;
+}
+
+// gemv_tc is k_gemv_tc (R = 1: passes of 8 rows) and k_gemv_tc16 (R =
+// 2: passes of 16, the MMA's n8 twice): C[r, n] = sum_k A[a(r), k] *
+// W_e[n, k] for the rows of a tile (moe_tile; a(r) = tok[r] when tok !=
+// 0), in passes of 8R rows, so each weight is read once per pass at
+// memory speed. A block is a 16-column tile of W and its blockDim.x/32
+// warps split K (warp w takes the 32-wide k blocks w, w + warps, ...);
+// their partial sums are added in warp order through shared memory (red:
+// [GEMV_MAXW][128 R]), so a row's result depends only on N, K and the
+// block shape: not on timing, on the number of rows or on R.
+//
+// Each warp step is two m16n8k16 MMAs per part (six in all) per 16
+// columns x 32 k x 8 rows: lane (g, q) loads 8 consecutive weights of
+// rows g and g+8 (16 bytes each) and the same 8 k of activation row g
+// (and g+8), and hands them to the MMAs as their k positions {2q, 2q+1,
+// 2q+8, 2q+9} (a permutation of k that weights and activations share, so
+// the dot products are unchanged). The fp32 activations are split in
+// three bf16 parts (split3x2) and the fp32 accumulation adds the smallest
+// part first, the two MMAs of a k block in two accumulators added at the
+// end (half the chain of dependent MMAs). Requires (host-checked) K % 8
+// == 0, A and W 16-byte aligned.
+template <int R>
+__device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, const int *tok, const u16 *W,
+					const int *tiles, const int *ntiles, const int *off, int M, int N, int K) {
+	constexpr int U = GEMV_U / R; // loads in flight per lane: the same registers for both R
+	constexpr int MT = GEMV_MT * R;
+	int e, r0, r1;
+	if (!moe_tile(tiles, ntiles, off, M, MOE_BM, e, r0, r1)) {
+		return;
+	}
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, S = blockDim.x >> 5;
+	const int g = lane >> 2, q = lane & 3;
+	const int n0 = blockIdx.x * 16;
+	const int na = n0 + g, nb = n0 + g + 8;
+	// Rows past N read row N-1 (their sums are not stored).
+	const u16 *wa = W + ((i64)e * N + min(na, N - 1)) * K + 8 * q;
+	const u16 *wb = W + ((i64)e * N + min(nb, N - 1)) * K + 8 * q;
+	const int nkb = (K + 31) / 32;
+	for (int m0 = r0; m0 < r1; m0 += MT) {
+		const int mt = min(MT, r1 - m0);
+		const float *xr[R];
+#pragma unroll
+		for (int h = 0; h < R; h++) {
+			const int m = 8 * h + g;
+			xr[h] = m < mt ? A + (i64)(tok ? tok[m0 + m] : m0 + m) * K + 8 * q : A;
+		}
+		float acc[R][2][4];
+#pragma unroll
+		for (int h = 0; h < R; h++) {
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				acc[h][0][i] = acc[h][1][i] = 0.0f;
+			}
+		}
+		for (int kb0 = warp; kb0 < nkb; kb0 += S * U) {
+			uint4 va[U], vb[U];
+			float4 x0[U][R], x1[U][R];
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				const int kb = kb0 + S * u;
+				const i64 k = (i64)kb * 32;
+				const bool ok = kb < nkb && k + 8 * q < K;
+				va[u] = vb[u] = make_uint4(0u, 0u, 0u, 0u);
+				if (ok) {
+					va[u] = ld_stream(wa + k);
+					vb[u] = ld_stream(wb + k);
+				}
+#pragma unroll
+				for (int h = 0; h < R; h++) {
+					x0[u][h] = x1[u][h] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+					if (ok && 8 * h + g < mt) {
+						x0[u][h] = *(const float4 *)(xr[h] + k);
+						x1[u][h] = *(const float4 *)(xr[h] + k + 4);
+					}
+				}
+			}
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				if (kb0 + S * u >= nkb) {
+					break;
+				}
+#pragma unroll
+				for (int h = 0; h < R; h++) {
+					// Pairs of k: 8q+{0,1}, +{2,3} (first MMA), +{4,5}, +{6,7}.
+					u32 p[3][4];
+					split3x2(x0[u][h].x, x0[u][h].y, p[0][0], p[1][0], p[2][0]);
+					split3x2(x0[u][h].z, x0[u][h].w, p[0][1], p[1][1], p[2][1]);
+					split3x2(x1[u][h].x, x1[u][h].y, p[0][2], p[1][2], p[2][2]);
+					split3x2(x1[u][h].z, x1[u][h].w, p[0][3], p[1][3], p[2][3]);
+#pragma unroll
+					for (int j = 2; j >= 0; j--) { // smallest part first
+						mma_bf16(acc[h][0], va[u].x, vb[u].x, va[u].y, vb[u].y, p[j][0], p[j][1]);
+						mma_bf16(acc[h][1], va[u].z, vb[u].z, va[u].w, vb[u].w, p[j][2], p[j][3]);
+					}
+				}
+			}
+		}
+		// acc[h][0]: rows m = 8h + 2q, 8h + 2q + 1 x columns na, nb as c0
+		// (2q, na), c1 (2q+1, na), c2 (2q, nb), c3 (2q+1, nb).
+		if (S > 1) {
+#pragma unroll
+			for (int h = 0; h < R; h++) {
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					red[warp * 128 * R + 128 * h + 4 * lane + i] = acc[h][0][i] + acc[h][1][i];
+				}
+			}
+			__syncthreads();
+			for (int t = threadIdx.x; t < 128 * R; t += blockDim.x) {
+				float s = red[t];
+				for (int w = 1; w < S; w++) {
+					s += red[w * 128 * R + t];
+				}
+				const int h = t >> 7, l = (t >> 2) & 31, i = t & 3;
+				const int m = 8 * h + 2 * (l & 3) + (i & 1), n = n0 + (l >> 2) + 8 * (i >> 1);
+				if (m < mt && n < N) {
+					C[(i64)(m0 + m) * N + n] = s;
+				}
+			}
+			__syncthreads();
+		} else {
+#pragma unroll
+			for (int h = 0; h < R; h++) {
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					const int m = 8 * h + 2 * q + (i & 1), n = (i >> 1) ? nb : na;
+					if (m < mt && n < N) {
+						C[(i64)(m0 + m) * N + n] = acc[h][0][i] + acc[h][1][i];
+					}
+				}
+			}
+		}
+	}
+}
+
+// k_gemv_tc: gemv_tc in passes of 8 rows: the MoE decode GEMMs (grouped
+// over the routing's tiles) and the dense MatMul (tiles == 0) up to 8
+// rows.
+extern "C" __global__ __launch_bounds__(512) void k_gemv_tc(float *C, const float *A, const int *tok, const u16 *W,
+							    const int *tiles, const int *ntiles, const int *off, int M,
+							    int N, int K) {
+	__shared__ float red[GEMV_MAXW * 128];
+	gemv_tc<1>(red, C, A, tok, W, tiles, ntiles, off, M, N, K);
+}
+
+// k_gemv_tc16: gemv_tc in passes of 16 rows: the dense MatMul of 9 to 16
+// rows, each weight read once.
+extern "C" __global__ __launch_bounds__(512) void k_gemv_tc16(float *C, const float *A, const int *tok, const u16 *W,
+							      const int *tiles, const int *ntiles, const int *off, int M,
+							      int N, int K) {
+	__shared__ float red[GEMV_MAXW * 256];
+	gemv_tc<2>(red, C, A, tok, W, tiles, ntiles, off, M, N, K);
 }

@@ -11,7 +11,8 @@
 #define QI8_BM 64 // rows of the tiled int8 GEMM block (moeBM in moe.go)
 #define QI8_BN 64
 #define QI8_BKW 16 // K step in 4-byte words (64 int8 values)
-#define QI8_SMALL_MT 8
+#define QI8_SMALL_MT 8 // rows per pass of k_gemv_i8
+#define QI8_SMALL_U 4  // weight loads in flight per lane in k_gemv_i8
 
 // Epilogue modes (qDyn, qStatic in quant.go).
 #define Q_DYN 0
@@ -388,23 +389,39 @@ extern "C" __global__ __launch_bounds__(256) void k_gemm_i8_tc(float *C, const s
 }
 
 // k_gemv_i8: the small-row form of k_gemm_i8 for decode: one warp per
-// output column n, up to QI8_SMALL_MT rows of the expert per pass, 16
-// weights per lane load. Grouped (off != 0): blockIdx.y is the expert.
+// output column n, the rows of a tile (k_gemm_i8's addressing: grouped,
+// blockIdx.y is a tile of the routing, so no block waits on an expert
+// without rows) in passes of up to QI8_SMALL_MT, 16 weights per lane
+// load and QI8_SMALL_U loads in flight per lane before their first use.
 extern "C" __global__ void k_gemv_i8(float *C, const signed char *A, const int *tok, const signed char *W, int mode,
-				     const float *xs, const float *ws, const int *qb, const float *dq, const int *off,
-				     int M, int N, int kp) {
+				     const float *xs, const float *ws, const int *qb, const float *dq, const int *tiles,
+				     const int *ntiles, const int *off, int M, int N, int kp) {
 	const int lane = threadIdx.x & 31;
 	const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	if (n >= N) {
 		return;
 	}
-	const int e = off ? blockIdx.y : 0;
-	const int rb = off ? off[e] : 0, re = off ? off[e + 1] : M;
+	int e, r0, r1;
+	if (tiles == 0) {
+		e = 0;
+		r0 = blockIdx.y * QI8_BM;
+		r1 = min(M, r0 + QI8_BM);
+		if (r0 >= M) {
+			return;
+		}
+	} else {
+		if ((int)blockIdx.y >= ntiles[0]) {
+			return;
+		}
+		e = tiles[2 * blockIdx.y];
+		r0 = tiles[2 * blockIdx.y + 1];
+		r1 = min(off[e + 1], r0 + QI8_BM);
+	}
 	const uint4 *wr = (const uint4 *)(W + ((i64)e * N + n) * kp);
 	const int nc = kp / 16;
 	const float *wse = ws ? ws + (i64)e * N : ws;
-	for (int m0 = rb; m0 < re; m0 += QI8_SMALL_MT) {
-		const int mt = min(QI8_SMALL_MT, re - m0);
+	for (int m0 = r0; m0 < r1; m0 += QI8_SMALL_MT) {
+		const int mt = min(QI8_SMALL_MT, r1 - m0);
 		const uint4 *ar[QI8_SMALL_MT];
 		int acc[QI8_SMALL_MT];
 #pragma unroll
@@ -413,18 +430,33 @@ extern "C" __global__ void k_gemv_i8(float *C, const signed char *A, const int *
 			const int r = m0 + min(j, mt - 1);
 			ar[j] = (const uint4 *)(A + (i64)(tok ? tok[r] : r) * kp);
 		}
-		for (int c = lane; c < nc; c += 32) {
-			const uint4 w = wr[c];
+		for (int c0 = lane; c0 < nc; c0 += 32 * QI8_SMALL_U) {
+			uint4 wq[QI8_SMALL_U];
 #pragma unroll
-			for (int j = 0; j < QI8_SMALL_MT; j++) {
-				if (j < mt) {
-					const uint4 a = ar[j][c];
-					int s = acc[j];
-					s = __dp4a((int)a.x, (int)w.x, s);
-					s = __dp4a((int)a.y, (int)w.y, s);
-					s = __dp4a((int)a.z, (int)w.z, s);
-					s = __dp4a((int)a.w, (int)w.w, s);
-					acc[j] = s;
+			for (int u = 0; u < QI8_SMALL_U; u++) {
+				wq[u] = make_uint4(0u, 0u, 0u, 0u);
+				if (c0 + 32 * u < nc) {
+					wq[u] = wr[c0 + 32 * u];
+				}
+			}
+#pragma unroll
+			for (int u = 0; u < QI8_SMALL_U; u++) {
+				const int c = c0 + 32 * u;
+				if (c >= nc) {
+					break;
+				}
+				const uint4 w = wq[u];
+#pragma unroll
+				for (int j = 0; j < QI8_SMALL_MT; j++) {
+					if (j < mt) {
+						const uint4 a = ar[j][c];
+						int s = acc[j];
+						s = __dp4a((int)a.x, (int)w.x, s);
+						s = __dp4a((int)a.y, (int)w.y, s);
+						s = __dp4a((int)a.z, (int)w.z, s);
+						s = __dp4a((int)a.w, (int)w.w, s);
+						acc[j] = s;
+					}
 				}
 			}
 		}
