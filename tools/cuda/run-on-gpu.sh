@@ -72,7 +72,7 @@ session)
 			for cfg in ${BENCH_CONFIGS:-small slice}; do
 				echo "--- $cfg"
 				timeout ${BENCH_S:-200} .gpu/npuserve bench decode --device cuda --config configs/$cfg/config.json \
-					--batch ${BENCH_BATCH:-1,8,32,128} --context ${BENCH_CONTEXT:-1024} --steps ${BENCH_STEPS:-16} 2>&1 | tee "$out/bench-$cfg.log" || rc=1
+					--batch ${BENCH_BATCH:-1,8,32,128} --context ${BENCH_CONTEXT:-1024} --steps ${BENCH_STEPS:-16} ${BENCH_ARGS:-} 2>&1 | tee "$out/bench-$cfg.log" || rc=1
 			done
 			;;
 		graphs)
