@@ -39,7 +39,9 @@ import (
 //     npu.ErrCapturing and fail the capture (no query or sync of a stream
 //     during a capture, rule 2; Upload's pinned staging buffer would be
 //     freed under the graph); Free panics. The ops that read back to the
-//     host (MoE, Conv1d, KDA: hostread.go) therefore fail a capture.
+//     host (Conv1d, KDA: hostread.go) therefore fail a capture. MoE
+//     plans its routing on the device (moe.go), so a captured MoE
+//     replays whatever routing its inputs hold.
 //
 // What a real CANN may do differently is unverified (the code has run
 // against the stand-in only): in particular whether captured phase 2 of a
