@@ -59,10 +59,13 @@ import (
 // int8 rounding (1.0e-2 on MatMulQ 9x40x77).
 //
 // PrepareQuant does what vllm-ascend's process_weights_after_loading
-// does: int8 weights are transposed to [k, n] and cast to FRACTAL_NZ with
-// aclnnNpuFormatCastCalculateSizeAndFormat + aclnnNpuFormatCast (per
-// expert for a stacked MoE weight); NZ is not allowed for n == 1 or k == 1
-// (ascend-api.md §3), so those stay ND for aclnnQuantMatmulV5. MXFP8
+// does: int8 linear weights are transposed to [k, n] and cast to
+// FRACTAL_NZ with aclnnNpuFormatCastCalculateSizeAndFormat +
+// aclnnNpuFormatCast; NZ is not allowed for n == 1 or k == 1
+// (ascend-api.md §3), so those stay ND for aclnnQuantMatmulV5. Stacked
+// int8 expert weights are transposed to one ND [E, k, n] stack, the
+// weight aclnnGroupedMatmulV4 takes (moe.go; vllm-ascend casts them to NZ
+// for aclnnGroupedMatmulWeightNz, which is not built here). MXFP8
 // weights are transposed to [k, n] ND, and their E8M0 scales [n, k/32]
 // padded to an even count and laid out (k/64, n, 2). Static W8A8's
 // activation scale and offset become one-element F32 device tensors.
