@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -96,12 +97,12 @@ func TestGroupedMatmulRules(t *testing.T) {
 	}
 }
 
-// TestGraphReplayMoE captures MoE (routing permuted, counted and combined
-// on the device) and replays it with new inputs and a new routing
-// uploaded into the same buffers, experts gaining and losing every row:
-// each replay equals the eager run bit for bit and the CPU backend within
-// the conformance tolerance. A layout baked in at capture would replay
-// the captured routing and fail.
+// TestGraphReplayMoE captures MoE and MoEQ W8A8_DYNAMIC (routing
+// permuted, counted and combined on the device) and replays them with new
+// inputs and a new routing uploaded into the same buffers, experts gaining
+// and losing every row: each replay equals the eager run bit for bit, and
+// MoE the CPU backend within the conformance tolerance. A routing baked in
+// at capture would replay the captured one and fail.
 func TestGraphReplayMoE(t *testing.T) {
 	b := newBackend(t)
 	c := cpu.New(1)
@@ -109,6 +110,15 @@ func TestGraphReplayMoE(t *testing.T) {
 	const T, D, E, I, k = 6, 16, 5, 8, 2
 	gu := put(t, b, c, npu.BF16, randF32(r, E*2*I*D), E, 2*I, D)
 	dn := put(t, b, c, npu.F32, randF32(r, E*D*I), E, D, I)
+	qw := func(n, kk int) *npu.QuantWeight {
+		wv := make([]byte, E*n*kk)
+		for i := range wv {
+			wv[i] = byte(int8(r.IntN(255) - 127))
+		}
+		return &npu.QuantWeight{Scheme: npu.QW8A8Dynamic, Weight: npu.Must(b.FromHost(npu.I8, wv, E, n, kk)),
+			Scale: npu.Must(b.FromHost(npu.F32, npu.EncodeFloats(randF32(r, E*n), npu.F32), E, n))}
+	}
+	qgu, qdn := qw(2*I, D), qw(D, I)
 	x, w := zeros(t, b, c, npu.F32, T, D), zeros(t, b, c, npu.F32, T, k)
 	ids, out := zeros(t, b, c, npu.I32, T, k), zeros(t, b, c, npu.F32, T, D)
 	routings := [][]int32{
@@ -117,64 +127,83 @@ func TestGraphReplayMoE(t *testing.T) {
 		{1, 4, 0, 2, 3, 1, 2, 0, 4, 3, 1, 0},
 		{2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
 	}
-	upload := func(rep int) {
-		xs, ws := randF32(r, T*D), randF32(r, T*k)
-		for _, be := range []npu.Backend{b, c} {
-			p := func(q pair) *npu.Tensor { return q.a }
-			if be == npu.Backend(c) {
-				p = func(q pair) *npu.Tensor { return q.c }
-			}
-			for _, u := range []struct {
-				t    *npu.Tensor
-				data []byte
-			}{{p(x), npu.EncodeFloats(xs, npu.F32)}, {p(w), npu.EncodeFloats(ws, npu.F32)}, {p(ids), npu.EncodeInt32s(routings[rep])},
-				{p(out), npu.EncodeFloats(make([]float32, T*D), npu.F32)}} {
-				if err := be.Upload(u.t, u.data); err != nil {
-					t.Fatal(err)
+	for _, tc := range []struct {
+		name string
+		run  func()
+		ref  bool // compare with the CPU backend's MoE
+	}{
+		{"MoE", func() { b.MoE(out.a, x.a, gu.a, dn.a, w.a, ids.a, 7) }, true},
+		{"MoEQ W8A8_DYNAMIC", func() { b.MoEQ(out.a, x.a, qgu, qdn, w.a, ids.a, 7) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			upload := func(rep int) {
+				xs, ws := randF32(r, T*D), randF32(r, T*k)
+				for _, be := range []npu.Backend{b, c} {
+					p := func(q pair) *npu.Tensor { return q.a }
+					if be == npu.Backend(c) {
+						p = func(q pair) *npu.Tensor { return q.c }
+					}
+					for _, u := range []struct {
+						t    *npu.Tensor
+						data []byte
+					}{{p(x), npu.EncodeFloats(xs, npu.F32)}, {p(w), npu.EncodeFloats(ws, npu.F32)}, {p(ids), npu.EncodeInt32s(routings[rep])},
+						{p(out), npu.EncodeFloats(make([]float32, T*D), npu.F32)}} {
+						if err := be.Upload(u.t, u.data); err != nil {
+							t.Fatal(err)
+						}
+					}
 				}
 			}
-		}
-	}
-	upload(0)
-	b.MoE(out.a, x.a, gu.a, dn.a, w.a, ids.a, 7) // the first eager run makes what it keeps (unit vectors)
-	if err := b.BeginCapture(); err != nil {
-		t.Fatal(err)
-	}
-	b.MoE(out.a, x.a, gu.a, dn.a, w.a, ids.a, 7)
-	gr, err := b.EndCapture()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := gr.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	}()
-	for rep := 1; rep < len(routings); rep++ {
-		upload(rep)
-		if err := gr.Launch(); err != nil {
-			t.Fatal(err)
-		}
-		got := download(t, b, out.a)
-		if err := b.Upload(out.a, npu.EncodeFloats(make([]float32, T*D), npu.F32)); err != nil {
-			t.Fatal(err)
-		}
-		b.MoE(out.a, x.a, gu.a, dn.a, w.a, ids.a, 7)
-		eager := download(t, b, out.a)
-		c.MoE(out.c, x.c, gu.c, dn.c, w.c, ids.c, 7)
-		want := download(t, c, out.c)
-		var rms float64
-		for _, v := range want {
-			rms += float64(v) * float64(v)
-		}
-		rms = math.Sqrt(rms / float64(len(want)))
-		for i := range want {
-			if got[i] != eager[i] {
-				t.Fatalf("replay %d element %d: graph %v, eager %v", rep, i, got[i], eager[i])
+			upload(0)
+			tc.run() // the first eager run makes what it keeps (prepared weights, unit vectors)
+			if err := b.BeginCapture(); err != nil {
+				t.Fatal(err)
 			}
-			if math.Abs(float64(got[i]-want[i])) > 1e-4*math.Max(rms, math.Abs(float64(want[i]))) {
-				t.Fatalf("replay %d element %d: ascend %v, cpu %v", rep, i, got[i], want[i])
+			tc.run()
+			gr, err := b.EndCapture()
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
+			defer func() {
+				if err := gr.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			}()
+			for rep := 1; rep < len(routings); rep++ {
+				upload(rep)
+				if err := gr.Launch(); err != nil {
+					t.Fatal(err)
+				}
+				got := download(t, b, out.a)
+				if err := b.Upload(out.a, npu.EncodeFloats(make([]float32, T*D), npu.F32)); err != nil {
+					t.Fatal(err)
+				}
+				tc.run()
+				eager := download(t, b, out.a)
+				if slices.Max(eager) == 0 && slices.Min(eager) == 0 {
+					t.Fatalf("replay %d: the eager output is all zeros", rep)
+				}
+				for i := range eager {
+					if got[i] != eager[i] {
+						t.Fatalf("replay %d element %d: graph %v, eager %v", rep, i, got[i], eager[i])
+					}
+				}
+				if !tc.ref {
+					continue
+				}
+				c.MoE(out.c, x.c, gu.c, dn.c, w.c, ids.c, 7)
+				want := download(t, c, out.c)
+				var rms float64
+				for _, v := range want {
+					rms += float64(v) * float64(v)
+				}
+				rms = math.Sqrt(rms / float64(len(want)))
+				for i := range want {
+					if math.Abs(float64(got[i]-want[i])) > 1e-4*math.Max(rms, math.Abs(float64(want[i]))) {
+						t.Fatalf("replay %d element %d: ascend %v, cpu %v", rep, i, got[i], want[i])
+					}
+				}
+			}
+		})
 	}
 }
