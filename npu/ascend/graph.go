@@ -274,7 +274,8 @@ func (g *graph) Close() error {
 // SparseMLA plan their work on the host from the batch layout
 // (shadow.go) and bake it into what they enqueue, so a captured model
 // step would replay its capture's layout; engines run such steps eagerly.
-// Graphs of the other ops (GEMMs, norms, elementwise) replay correctly.
+// Graphs of the other ops (GEMMs, norms, elementwise, MoE and MoEQ,
+// whose routing is planned on the device) replay correctly.
 func (b *Backend) ReplayableOps() error {
 	return errors.New("its Conv1d, KDA, DSAIndex and SparseMLA compositions plan on the host from the batch layout, so a captured decode step would replay the capture's layout")
 }

@@ -48,6 +48,10 @@ import (
 // copy, the reduction) and a sort of N ids. The expert FLOPs are the
 // routed ones: 2*N*D*3I for gate/up and down, where the dense form this
 // replaces ran every expert over all T rows (E/k times as many).
+// Scratch: about (4D + 3I) F32 per assignment (the copies of x's rows,
+// gate/up, SwiGLU, the expert outputs, them in assignment order), k times
+// the per-token intermediates of the dense form, freed at the next Sync;
+// prefill chunks bound it.
 // Summation differs from the CPU backend only in order: each token's k
 // weighted outputs are summed in their routing order j, the CPU's in
 // ascending expert order (fp32 rounding).
@@ -154,7 +158,10 @@ func (b *Backend) groupedMatmul(p *moePlan, xt, weight func(c *call) C.uintptr_t
 // (E, I, D), then the weighted combine into out. FLOAT32 throughout (the
 // document allows FLOAT32 x, weight and out in the single-tensor case):
 // a BF16/F16 weight is cast to an F32 scratch copy of all E experts per
-// call (one pass over the expert weights, as MatMul does per weight).
+// call (one pass over the expert weights, as MatMul does per weight, and
+// as much scratch as the dense form's per-expert casts held until Sync:
+// twice the weights' bytes; a BF16 grouped matmul would avoid it but
+// misses the fp32 conformance tolerance).
 // Cost: the plan's and the combine's 9-11 operators, 2 grouped matmuls,
 // 1-3 for SwiGLU and up to 2 weight casts: about 15 operators whatever E,
 // and the routed FLOPs (see above).
