@@ -32,9 +32,14 @@
 // (aclnnMean), HCPost and HCPre (BatchMatMul, Sinkhorn rounds), KDAGate
 // (Exp, Softplus), Conv1dUpdate, KPool, Router (grouped selection with
 // aclnnScatter), Conv1d and KDA (loops per sequence, and KDA per token,
-// hostread.go), MoE (dense: every expert over all rows, weighted by the
-// routing weights scattered into a [T, E] matrix on the device; E times
-// the FLOPs until aclnnGroupedMatmulV4 is built), DSAIndex (dsa.go) and
+// hostread.go), MoE (moe.go: the T*k assignments put in expert order on
+// the device, aclnnSort of the ids, counts per expert by aclnnScatter with
+// reduce add, rows by aclnnEmbedding; two aclnnGroupedMatmulV4 calls,
+// groupType 0 with single-tensor lists and the counts as the device group
+// list, around the clamped SwiGLU; aclnnInplaceIndexCopy back to token
+// order, aclnnReduceSum and aclnnAdd into out: the routed FLOPs, k/E of
+// the dense form it replaced, about 15 operators whatever E; the shared
+// expert is the model's MatMuls, as before), DSAIndex (dsa.go) and
 // SparseMLA (mla.go, absorbed form), the last two composed because
 // aclnnLightningIndexer's and aclnnSparseFlashAttention's documented
 // constraints (head dim 128, paged token caches, no tie/NaN order) do not
@@ -55,9 +60,16 @@
 // W8A8_DYNAMIC case misses the 5e-3 conformance tolerance by one int8
 // step (1.6e-2) because the A2/A3 F16 gate/up output is requantized, a
 // known deviation the test bounds, see quant.go), W8A8_MXFP8 on 950
-// (aclnnDynamicMxQuant + aclnnQuantMatmulV5, E8M0 scales), and MoEQ in the
-// dense masked form (every expert over every row, weighted by a
-// device-built routing matrix: E/k times the routed FLOPs, no host read).
+// (aclnnDynamicMxQuant + aclnnQuantMatmulV5, E8M0 scales), and MoEQ:
+// W8A8_DYNAMIC through MoE's device-side plan and aclnnGroupedMatmulV4
+// with INT8 x, the INT8 ND expert stack (E, K, N) (expert weights are not
+// cast to NZ: aclnnGroupedMatmulWeightNz is not built), the per-channel
+// FLOAT32 scales and the per-token FLOAT32 scales into FLOAT16 (moe.go);
+// W8A8_MXFP8 still in the dense masked form (every expert over every row,
+// weighted by a device-built routing matrix: E/k times the routed FLOPs,
+// no host read), because the grouped MX form (FLOAT8_E8M0 scale and
+// perTokenScale, (g, ceil(K/64), N, 2) layouts) is documented for the 950
+// only and neither built nor in the stand-in.
 // Every op of npu.Ops is implemented, so Open succeeds wherever the
 // installed CANN has the operators used (a missing one fails Open, or,
 // for the lazily loaded quantized ones, the first use of that scheme);
@@ -82,9 +94,15 @@
 // from a header read for ascend-api.md (those of aclnnSwiGlu,
 // aclnnEmbedding, aclnnInplaceIndexCopy, aclnnRmsNorm, aclnnSoftmax,
 // aclnnSigmoid, aclnnCast, aclnnInplaceCopy and aclnnMatmul are from §4;
-// aclnnAmax's from the ops-math aclnnAmax document):
+// aclnnAmax's from the ops-math aclnnAmax document; aclnnGroupedMatmulV4's
+// from §4.4 and its document, ops-transformer gmm/grouped_matmul/docs/
+// aclnnGroupedMatmulV4.md, read at repo-mirror-test/ops-transformer@50e9ae99;
+// aclCreateTensorList/aclDestroyTensorList from §3):
 // check them first on a real CANN, as well as what the stand-in assumes
 // about them: that aclnnSort's stable flag orders ties by index, that
+// aclnnScatter's reduce 1 adds (torch's scatter_ reduce "add": MoE's
+// counts per expert), that aclnnGroupedMatmulV4 takes an (E, K, N)
+// weight view with K contiguous as its transpose, that
 // aclnnAdd, aclnnInplaceFillScalar and aclnnCast take INT32 tensors with
 // float scalars (SparseMLA's index arithmetic, DSAIndex's expansion),
 // that operators accept strided and overlapping input views (Conv1d's window,

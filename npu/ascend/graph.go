@@ -39,7 +39,9 @@ import (
 //     npu.ErrCapturing and fail the capture (no query or sync of a stream
 //     during a capture, rule 2; Upload's pinned staging buffer would be
 //     freed under the graph); Free panics. The ops that read back to the
-//     host (MoE, Conv1d, KDA: hostread.go) therefore fail a capture.
+//     host (Conv1d, KDA: hostread.go) therefore fail a capture. MoE
+//     plans its routing on the device (moe.go), so a captured MoE
+//     replays whatever routing its inputs hold.
 //
 // What a real CANN may do differently is unverified (the code has run
 // against the stand-in only): in particular whether captured phase 2 of a
@@ -272,7 +274,8 @@ func (g *graph) Close() error {
 // SparseMLA plan their work on the host from the batch layout
 // (shadow.go) and bake it into what they enqueue, so a captured model
 // step would replay its capture's layout; engines run such steps eagerly.
-// Graphs of the other ops (GEMMs, norms, elementwise) replay correctly.
+// Graphs of the other ops (GEMMs, norms, elementwise, MoE and MoEQ,
+// whose routing is planned on the device) replay correctly.
 func (b *Backend) ReplayableOps() error {
 	return errors.New("its Conv1d, KDA, DSAIndex and SparseMLA compositions plan on the host from the batch layout, so a captured decode step would replay the capture's layout")
 }

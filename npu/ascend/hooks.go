@@ -23,3 +23,16 @@ func (b *Backend) fillReusingExecutor(dst *npu.Tensor, v float32) {
 		b.fail(aclnnError("aclnnInplaceFillScalar (again)", rc))
 	}
 }
+
+// gmmCall enqueues aclnnGroupedMatmulV4 over F32 x viewed with xShape and
+// xStrides (nil: contiguous), w viewed with wShape and wStrides, the I64
+// group list groups and out (M, N), with the enum arguments as given:
+// the tests use it to show the stand-in's grouped-matmul rules, valid or
+// broken on purpose. Device thread.
+func (b *Backend) gmmCall(x, w, groups, out *npu.Tensor, xShape, xStrides, wShape, wStrides []int, splitItem, groupType, listType, actType int) {
+	b.launch(C.NPU_OP_GROUPED_MATMUL_V4, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+		return C.npu_grouped_matmul_v4(c.list(c.tensor(x, xShape, xStrides)), c.list(c.tensor(w, wShape, wStrides)), 0, 0, 0, 0, 0, 0,
+			c.tensor(groups, nil, nil), 0, 0, 0, C.int64_t(splitItem), C.int64_t(groupType), C.int64_t(listType), C.int64_t(actType),
+			c.list(c.tensor(out, nil, nil)), 0, 0, ws, ex)
+	})
+}

@@ -16,68 +16,8 @@ import (
 
 // The ops in this file plan on the host: Conv1d and KDA loop per
 // sequence over the batch layout, read from the host shadow of its Upload
-// (shadow.go), never from the device; MoE needs no host plan at all (its
-// routing ids are computed on the device, so it is formulated densely).
-// None of them syncs the stream.
-
-// MoE adds the routed experts to out [T, D] without reading the routing
-// ids back: aclnnScatter writes the routing weights into a dense [T, E]
-// matrix (zeros elsewhere; a token picks an expert at most once, so the
-// scatter indices of a row are distinct), then for every expert e, over
-// all T rows: MatMul by its gateUp rows (a view, no copy; a 16-bit
-// weight is cast to F32 scratch on every call, a pass over the expert's
-// weights), SwiGLU (with the clamp when limit > 0), aclnnMul by column e of
-// the dense weights ([T, 1], a strided view: the routing weight where
-// ids == e, 0 elsewhere), MatMul by its down rows and aclnnAdd into out.
-// Cost: E times the FLOPs of the routed computation (every expert runs on
-// every row) and about 5 operators per expert, with no sync; each token's
-// expert outputs are added to out in ascending expert order, where the CPU
-// backend sums them first (rounding differs at fp32 level). It is the
-// fallback until the grouped path (aclnnMoeInitRoutingV3 +
-// aclnnGroupedMatmulV4, ascend-api.md §4.4-4.5) is built, which needs
-// aclTensorList descriptors and the group-list contract checked on a real
-// CANN.
-func (b *Backend) MoE(out, x, gateUp, down, weights, ids *npu.Tensor, limit float32) {
-	if x.Rank() != 2 || gateUp.Rank() != 3 || down.Rank() != 3 {
-		panic(fmt.Sprintf("ascend: MoE x %v gateUp %v down %v", x, gateUp, down))
-	}
-	T, D := x.Dim(0), x.Dim(1)
-	E, I := gateUp.Dim(0), gateUp.Dim(1)/2
-	if gateUp.Dim(1) != 2*I || gateUp.Dim(2) != D || down.Dim(0) != E || down.Dim(1) != D || down.Dim(2) != I {
-		panic(fmt.Sprintf("ascend: MoE gateUp %v down %v for x %v", gateUp, down, x))
-	}
-	if out.Numel() != T*D || x.DType() != npu.F32 || out.DType() != npu.F32 || weights.DType() != npu.F32 || ids.DType() != npu.I32 ||
-		weights.Numel() != ids.Numel() || (T > 0 && ids.Numel()%T != 0) {
-		panic(fmt.Sprintf("ascend: MoE out %v weights %v ids %v for x %v", out, weights, ids, x))
-	}
-	if T == 0 || ids.Numel() == 0 {
-		return
-	}
-	k := ids.Numel() / T
-	dense := b.alloc(npu.F32, T, E)
-	b.do(func() {
-		zero := b.scratch(npu.F32, T, E)
-		b.launch(C.NPU_OP_FILL_SCALAR, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
-			return C.npu_fill_scalar(c.tensor(zero, nil, nil), c.scalar(0), ws, ex)
-		})
-		shape := []int{T, k}
-		b.launch(C.NPU_OP_SCATTER, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
-			return C.npu_scatter(c.tensor(zero, nil, nil), 1, c.tensor(ids, shape, nil), c.tensor(weights, shape, nil), 0, c.tensor(dense, nil, nil), ws, ex)
-		})
-	})
-	h, a, y := b.alloc(npu.F32, T, 2*I), b.alloc(npu.F32, T, I), b.alloc(npu.F32, T, D)
-	for e := range E {
-		b.MatMul(h, x, gateUp.Rows(e, e+1).Reshape(2*I, D))
-		b.SwiGLU(a, h, limit)
-		b.do(func() {
-			b.launch(C.NPU_OP_MUL, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
-				return C.npu_mul(c.tensor(a, nil, nil), c.view(dense, e, []int{T, 1}, []int{E, 1}), c.tensor(a, nil, nil), ws, ex)
-			})
-		})
-		b.MatMul(y, a, down.Rows(e, e+1).Reshape(D, I))
-		b.Add(out, out, y)
-	}
-}
+// (shadow.go), never from the device. None of them syncs the stream. (MoE
+// needs no host plan: its routing is permuted on the device, moe.go.)
 
 // Conv1d is the depthwise causal convolution over each sequence's rows
 // (prefill), per sequence: QueryStart and StateSlot are read back (one

@@ -42,6 +42,7 @@ type call struct {
 	tensors []C.uintptr_t
 	scalars []C.uintptr_t
 	arrays  []C.uintptr_t
+	lists   []C.uintptr_t // aclTensorLists, which own their tensors
 }
 
 // tensor describes t viewed with shape (nil: t's own) and element strides
@@ -101,6 +102,26 @@ func (c *call) ints(v ...int) C.uintptr_t {
 	return h
 }
 
+// list wraps tensor h (made by this call) in a one-tensor aclTensorList,
+// the single-tensor form of the grouped operators. The list owns h
+// (aclDestroyTensorList destroys its tensors, ascend-api.md §0.1 item 4),
+// so h leaves c.tensors.
+func (c *call) list(h C.uintptr_t) C.uintptr_t {
+	for i := len(c.tensors) - 1; i >= 0; i-- {
+		if c.tensors[i] == h {
+			c.tensors = append(c.tensors[:i], c.tensors[i+1:]...)
+			break
+		}
+	}
+	l := C.npu_tensor_list(&h, 1)
+	if l == 0 {
+		C.npu_destroy_tensor(h)
+		panic(fmt.Sprintf("ascend: aclCreateTensorList: %s", acl.RecentErrMsg()))
+	}
+	c.lists = append(c.lists, l)
+	return l
+}
+
 // run is phase 2 and the teardown: with phase 1's status rc, workspace
 // size ws and executor ex, it provides the workspace, enqueues the
 // operator and destroys the descriptors. Failures are held for Sync.
@@ -115,6 +136,9 @@ func (c *call) run(op C.int, rc C.int, ws C.uint64_t, ex C.uintptr_t) {
 		}
 		for _, a := range c.arrays {
 			C.npu_destroy_int_array(a)
+		}
+		for _, l := range c.lists {
+			C.npu_destroy_tensor_list(l)
 		}
 	}()
 	name := C.GoString(C.npu_aclnn_op_name(op))

@@ -59,10 +59,13 @@ import (
 // int8 rounding (1.0e-2 on MatMulQ 9x40x77).
 //
 // PrepareQuant does what vllm-ascend's process_weights_after_loading
-// does: int8 weights are transposed to [k, n] and cast to FRACTAL_NZ with
-// aclnnNpuFormatCastCalculateSizeAndFormat + aclnnNpuFormatCast (per
-// expert for a stacked MoE weight); NZ is not allowed for n == 1 or k == 1
-// (ascend-api.md §3), so those stay ND for aclnnQuantMatmulV5. MXFP8
+// does: int8 linear weights are transposed to [k, n] and cast to
+// FRACTAL_NZ with aclnnNpuFormatCastCalculateSizeAndFormat +
+// aclnnNpuFormatCast; NZ is not allowed for n == 1 or k == 1
+// (ascend-api.md §3), so those stay ND for aclnnQuantMatmulV5. Stacked
+// int8 expert weights are transposed to one ND [E, k, n] stack, the
+// weight aclnnGroupedMatmulV4 takes (moe.go; vllm-ascend casts them to NZ
+// for aclnnGroupedMatmulWeightNz, which is not built here). MXFP8
 // weights are transposed to [k, n] ND, and their E8M0 scales [n, k/32]
 // padded to an even count and laid out (k/64, n, 2). Static W8A8's
 // activation scale and offset become one-element F32 device tensors.
@@ -228,7 +231,10 @@ func (b *Backend) prepare(w *npu.QuantWeight) *qprep {
 			b.mxScaleLayout(p, w.Scale, e, nb)
 		}
 	}
-	p.nz = w.Scheme != npu.QMXFP8 && N > 1 && K > 1
+	// Expert stacks stay ND [E, K, N]: the grouped matmul MoEQ uses
+	// (aclnnGroupedMatmulV4) takes one 3-D ND weight; its FRACTAL_NZ form
+	// (aclnnGroupedMatmulWeightNz) is not built.
+	p.nz = w.Scheme != npu.QMXFP8 && N > 1 && K > 1 && w.Experts() == 0
 	src := aclInt8
 	if w.Scheme == npu.QMXFP8 {
 		src = aclUint8 // E4M3 bytes, moved as bytes
@@ -372,17 +378,19 @@ func (b *Backend) matMulQ(p *qprep, e int, out, x *npu.Tensor, M int) {
 }
 
 // MoEQ adds the routed quantized experts to out without reading the
-// routing back to the host (no hidden host read): the dense masked form.
-// A [T, E] matrix of routing weights is built on the device (zero fill,
+// routing back to the host. W8A8_DYNAMIC experts take the grouped path of
+// moe.go (moeQGrouped). W8A8_MXFP8 experts stay in the dense masked form:
+// a [T, E] matrix of routing weights is built on the device (zero fill,
 // then aclnnScatter of weights at ids along dim 1; ids of a row must be
 // distinct, as the router's are), and every expert runs over all T rows:
 // its gate/up MatMulQ, the clamped SwiGLU, its down MatMulQ, then
 // aclnnMul by its column of the matrix (zero where the row is not routed
-// to it) and aclnnAdd into out. Cost: E/k times the expert FLOPs of the
-// routed form (every expert over every row) and 2E elementwise passes
-// over [T, D]; the grouped quant matmul (aclnnGroupedMatmulV4 family,
-// with device-built group lists) is what to build for large E. A row
-// whose unrouted expert output overflows (Inf) would poison it (0 * Inf).
+// to it) and aclnnAdd into out. Cost of the dense form: E/k times the
+// expert FLOPs of the routed form and 2E elementwise passes over [T, D];
+// a row whose unrouted expert output overflows (Inf) would poison it
+// (0 * Inf). The grouped MX form (aclnnGroupedMatmulV4 with FLOAT8_E8M0
+// scale and perTokenScale) is documented for the 950 only with scale
+// layouts (g, ceil(K/64), N, 2) that the stand-in does not implement yet.
 // See npu.Ops.MoEQ.
 func (b *Backend) MoEQ(out, x *npu.Tensor, gateUp, down *npu.QuantWeight, weights, ids *npu.Tensor, limit float32) {
 	if x.Rank() != 2 || gateUp.Experts() == 0 || down.Experts() != gateUp.Experts() || x.DType() != npu.F32 || out.DType() != npu.F32 {
@@ -403,7 +411,11 @@ func (b *Backend) MoEQ(out, x *npu.Tensor, gateUp, down *npu.QuantWeight, weight
 	}
 	k := ids.Dim(1)
 	pg, pd := b.qprepared(gateUp), b.qprepared(down)
-	if T == 0 || k == 0 || D == 0 {
+	if T == 0 || k == 0 || D == 0 || I == 0 {
+		return
+	}
+	if pg.scheme == npu.QW8A8Dynamic && pd.scheme == npu.QW8A8Dynamic {
+		b.moeQGrouped(out, x, pg, pd, weights, ids, k, limit)
 		return
 	}
 	dense := b.alloc(npu.F32, T, E)

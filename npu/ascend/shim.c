@@ -19,6 +19,8 @@ static T (*p_aclCreateScalar)(void *value, int dtype);
 static int (*p_aclDestroyScalar)(T);
 static T (*p_aclCreateIntArray)(const int64_t *value, uint64_t size);
 static int (*p_aclDestroyIntArray)(T);
+static T (*p_aclCreateTensorList)(const T *value, uint64_t size);
+static int (*p_aclDestroyTensorList)(T);
 // Repeatable executors (OPBASE aclSetAclOpExecutorRepeatable.md,
 // aclDestroyAclOpExecutor.md), for graph capture.
 static int (*p_aclSetAclOpExecutorRepeatable)(T);
@@ -48,6 +50,8 @@ typedef int (*sort_fn)(T, bool, int64_t, bool, T, T, uint64_t *, T *);
 typedef int (*ln_fn)(T, T, T, T, double, T, T, T, uint64_t *, T *);
 typedef int (*red_fn)(T, T, bool, int, T, uint64_t *, T *);
 typedef int (*scatter_fn)(T, int64_t, T, T, int64_t, T, uint64_t *, T *);
+// aclnnGroupedMatmulV4 (ascend-api.md §4.4; TF aclnn_grouped_matmul_v4.h).
+typedef int (*gmm_fn)(T, T, T, T, T, T, T, T, T, T, T, T, int64_t, int64_t, int64_t, int64_t, T, T, T, uint64_t *, T *);
 
 static const char *op_names[NPU_OP_COUNT] = {
 	[NPU_OP_INPLACE_COPY] = "aclnnInplaceCopy", [NPU_OP_CAST] = "aclnnCast",       [NPU_OP_FILL_SCALAR] = "aclnnInplaceFillScalar",
@@ -62,6 +66,7 @@ static const char *op_names[NPU_OP_COUNT] = {
 	[NPU_OP_REDUCE_SUM] = "aclnnReduceSum",     [NPU_OP_BATCH_MATMUL] = "aclnnBatchMatMul",
 	[NPU_OP_EXP] = "aclnnExp",                  [NPU_OP_SOFTPLUS] = "aclnnSoftplus",
 	[NPU_OP_DIV] = "aclnnDiv",                  [NPU_OP_SCATTER] = "aclnnScatter",
+	[NPU_OP_GROUPED_MATMUL_V4] = "aclnnGroupedMatmulV4",
 };
 static void *phase1[NPU_OP_COUNT];
 static run_fn phase2[NPU_OP_COUNT];
@@ -79,10 +84,16 @@ int npu_aclnn_load(const char *nnopbase, const char *const *opapi, int n, char *
 	p_aclDestroyScalar = dlsym(h, "aclDestroyScalar");
 	p_aclCreateIntArray = dlsym(h, "aclCreateIntArray");
 	p_aclDestroyIntArray = dlsym(h, "aclDestroyIntArray");
+	p_aclCreateTensorList = dlsym(h, "aclCreateTensorList");
+	p_aclDestroyTensorList = dlsym(h, "aclDestroyTensorList");
 	p_aclSetAclOpExecutorRepeatable = dlsym(h, "aclSetAclOpExecutorRepeatable"); // optional: graph capture only
 	p_aclDestroyAclOpExecutor = dlsym(h, "aclDestroyAclOpExecutor");
-	if (!p_aclCreateTensor || !p_aclDestroyTensor || !p_aclCreateScalar || !p_aclDestroyScalar || !p_aclCreateIntArray || !p_aclDestroyIntArray) {
-		snprintf(err, errlen, "%s lacks aclCreateTensor/aclDestroyTensor/aclCreateScalar/aclDestroyScalar/aclCreateIntArray/aclDestroyIntArray", nnopbase);
+	if (!p_aclCreateTensor || !p_aclDestroyTensor || !p_aclCreateScalar || !p_aclDestroyScalar || !p_aclCreateIntArray || !p_aclDestroyIntArray ||
+	    !p_aclCreateTensorList || !p_aclDestroyTensorList) {
+		snprintf(err, errlen,
+			 "%s lacks aclCreateTensor/aclDestroyTensor/aclCreateScalar/aclDestroyScalar/aclCreateIntArray/aclDestroyIntArray/"
+			 "aclCreateTensorList/aclDestroyTensorList",
+			 nnopbase);
 		return -3;
 	}
 	err[0] = '\0';
@@ -130,6 +141,17 @@ uintptr_t npu_scalar_f32(float v) { return (uintptr_t)p_aclCreateScalar(&v, 0); 
 int npu_destroy_scalar(uintptr_t s) { return p_aclDestroyScalar((T)s); }
 uintptr_t npu_int_array(const int64_t *v, uint64_t n) { return (uintptr_t)p_aclCreateIntArray(v, n); }
 int npu_destroy_int_array(uintptr_t a) { return p_aclDestroyIntArray((T)a); }
+uintptr_t npu_tensor_list(const uintptr_t *tensors, uint64_t n) {
+	T v[128];
+	if (n > sizeof v / sizeof v[0]) {
+		return 0;
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		v[i] = (T)tensors[i];
+	}
+	return (uintptr_t)p_aclCreateTensorList(v, n);
+}
+int npu_destroy_tensor_list(uintptr_t l) { return p_aclDestroyTensorList((T)l); }
 
 #define P1(op, type, ...)                                                        \
 	if (phase1[op] == NULL) {                                                \
@@ -199,6 +221,14 @@ int npu_softplus(uintptr_t self, uintptr_t beta, uintptr_t threshold, uintptr_t 
 int npu_div(uintptr_t self, uintptr_t other, uintptr_t out, uint64_t *ws, uintptr_t *ex) { P1(NPU_OP_DIV, bin_fn, A(self), A(other), A(out)); }
 int npu_scatter(uintptr_t self, int64_t dim, uintptr_t index, uintptr_t src, int64_t reduce, uintptr_t out, uint64_t *ws, uintptr_t *ex) {
 	P1(NPU_OP_SCATTER, scatter_fn, A(self), dim, A(index), A(src), reduce, A(out));
+}
+int npu_grouped_matmul_v4(uintptr_t x, uintptr_t weight, uintptr_t bias, uintptr_t scale, uintptr_t offset, uintptr_t antiquant_scale,
+			  uintptr_t antiquant_offset, uintptr_t per_token_scale, uintptr_t group_list, uintptr_t act_input, uintptr_t act_quant_scale,
+			  uintptr_t act_quant_offset, int64_t split_item, int64_t group_type, int64_t group_list_type, int64_t act_type, uintptr_t out,
+			  uintptr_t act_feature_out, uintptr_t dyn_quant_scale_out, uint64_t *ws, uintptr_t *ex) {
+	P1(NPU_OP_GROUPED_MATMUL_V4, gmm_fn, A(x), A(weight), A(bias), A(scale), A(offset), A(antiquant_scale), A(antiquant_offset), A(per_token_scale),
+	   A(group_list), A(act_input), A(act_quant_scale), A(act_quant_offset), split_item, group_type, group_list_type, act_type, A(out),
+	   A(act_feature_out), A(dyn_quant_scale_out));
 }
 
 int npu_aclnn_run(int op, uintptr_t workspace, uint64_t size, uintptr_t executor, uintptr_t stream) {

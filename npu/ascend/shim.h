@@ -40,6 +40,7 @@ enum {
 	NPU_OP_SOFTPLUS,
 	NPU_OP_DIV,
 	NPU_OP_SCATTER,
+	NPU_OP_GROUPED_MATMUL_V4,
 	NPU_OP_COUNT
 };
 
@@ -60,6 +61,10 @@ uintptr_t npu_scalar_f32(float v);
 int npu_destroy_scalar(uintptr_t s);
 uintptr_t npu_int_array(const int64_t *v, uint64_t n);
 int npu_destroy_int_array(uintptr_t a);
+// npu_tensor_list is aclCreateTensorList over n tensors, which it takes
+// over: npu_destroy_tensor_list (aclDestroyTensorList) destroys them too.
+uintptr_t npu_tensor_list(const uintptr_t *tensors, uint64_t n);
+int npu_destroy_tensor_list(uintptr_t l);
 
 // Phase 1 of each operator (ws, ex: outputs).
 int npu_inplace_copy(uintptr_t self, uintptr_t src, uint64_t *ws, uintptr_t *ex);
@@ -90,6 +95,12 @@ int npu_exp(uintptr_t self, uintptr_t out, uint64_t *ws, uintptr_t *ex);
 int npu_div(uintptr_t self, uintptr_t other, uintptr_t out, uint64_t *ws, uintptr_t *ex);
 int npu_scatter(uintptr_t self, int64_t dim, uintptr_t index, uintptr_t src, int64_t reduce, uintptr_t out, uint64_t *ws, uintptr_t *ex);
 int npu_softplus(uintptr_t self, uintptr_t beta, uintptr_t threshold, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+// aclnnGroupedMatmulV4 (ascend-api.md §4.4): every list argument is an
+// aclTensorList (0: NULL), groupList an aclTensor.
+int npu_grouped_matmul_v4(uintptr_t x, uintptr_t weight, uintptr_t bias, uintptr_t scale, uintptr_t offset, uintptr_t antiquant_scale,
+			  uintptr_t antiquant_offset, uintptr_t per_token_scale, uintptr_t group_list, uintptr_t act_input, uintptr_t act_quant_scale,
+			  uintptr_t act_quant_offset, int64_t split_item, int64_t group_type, int64_t group_list_type, int64_t act_type, uintptr_t out,
+			  uintptr_t act_feature_out, uintptr_t dyn_quant_scale_out, uint64_t *ws, uintptr_t *ex);
 
 // Repeatable executors (libnnopbase), for graph capture: npu_executor_api
 // reports whether both symbols loaded; npu_executor_repeatable is

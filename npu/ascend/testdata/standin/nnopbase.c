@@ -141,6 +141,48 @@ int aclDestroyIntArray(const aclIntArray *a) {
 	return 0;
 }
 
+// aclCreateTensorList takes the tensors over: the list's destroy destroys
+// them (OPBASE acl_op_api.cpp L157-172), so a caller must not destroy them
+// itself.
+aclTensorList *aclCreateTensorList(const aclTensor *const *value, uint64_t size) {
+	if ((value == NULL && size > 0) || size > STANDIN_MAX_LIST) {
+		standin_violation(ACLNN_ERR_PARAM_NULLPTR, "tensorlist-args", "aclCreateTensorList(%p, %llu)", (void *)value, (unsigned long long)size);
+		return NULL;
+	}
+	for (uint64_t i = 0; i < size; i++) {
+		if (value[i] == NULL || value[i]->magic != TENSOR_MAGIC) {
+			standin_violation(ACLNN_ERR_PARAM_INVALID, "tensorlist-live-tensors", "aclCreateTensorList: element %llu is not a live aclTensor",
+					  (unsigned long long)i);
+			return NULL;
+		}
+	}
+	aclTensorList *l = calloc(1, sizeof *l);
+	l->magic = TENSORLIST_MAGIC;
+	l->n = size;
+	l->v = calloc(size > 0 ? size : 1, sizeof *l->v);
+	memcpy(l->v, value, size * sizeof *l->v);
+	return l;
+}
+
+int aclDestroyTensorList(const aclTensorList *l) {
+	if (l == NULL) {
+		return 0;
+	}
+	if (l->magic != TENSORLIST_MAGIC) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "destroy-once", "aclDestroyTensorList(%p): not a live tensor list", (void *)l);
+	}
+	for (uint64_t i = 0; i < l->n; i++) {
+		int rc = aclDestroyTensor(l->v[i]);
+		if (rc) {
+			return rc;
+		}
+	}
+	((aclTensorList *)l)->magic = 0;
+	free(l->v);
+	free((void *)l);
+	return 0;
+}
+
 STANDIN_EXPORT aclOpExecutor *standin_executor_new(const char *op, uint64_t ws, void (*run)(void *, void *), void *args) {
 	aclOpExecutor *e = calloc(1, sizeof *e);
 	e->magic = EXEC_MAGIC;

@@ -1189,11 +1189,12 @@ int aclnnDivGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclT
 }
 PHASE2(aclnnDiv)
 
-// ---- aclnnScatter (reduce 0: none): out = self with
-// out[..index[..i..]..] = src[..i..] along dim (torch.scatter) ----
+// ---- aclnnScatter: out = self with out[..index[..i..]..] = src[..i..]
+// along dim (torch.scatter); reduce 1 adds src there, 2 multiplies
+// (torch's scatter_(reduce="add" | "multiply")) ----
 typedef struct {
 	aclTensor self, idx, src, out;
-	int64_t dim;
+	int64_t dim, reduce;
 } scatter_args;
 static void run_scatter(void *p, void *ws) {
 	(void)ws;
@@ -1223,7 +1224,13 @@ static void run_scatter(void *p, void *ws) {
 		for (uint64_t i = 0; i < a->out.ndim; i++) {
 			ol = ol * a->out.dims[i] + coord[i];
 		}
-		set(&a->out, ol, get(&a->src, sl));
+		double v = get(&a->src, sl);
+		if (a->reduce == 1) {
+			v = (float)get(&a->out, ol) + (float)v;
+		} else if (a->reduce == 2) {
+			v = (float)get(&a->out, ol) * (float)v;
+		}
+		set(&a->out, ol, v);
 	}
 }
 int aclnnScatterGetWorkspaceSize(const aclTensor *self, int64_t dim, const aclTensor *index, const aclTensor *src, int64_t reduce, aclTensor *out,
@@ -1238,9 +1245,6 @@ int aclnnScatterGetWorkspaceSize(const aclTensor *self, int64_t dim, const aclTe
 	if (reduce < 0 || reduce > 2) {
 		return standin_violation(ACLNN_ERR_PARAM_INVALID, "scatter-reduce", "%s: reduce %lld (0 none, 1 add, 2 multiply)", op, (long long)reduce);
 	}
-	if (reduce != 0) {
-		return standin_violation(ACLNN_ERR_PARAM_INVALID, "stand-in-scatter-reduce", "%s: the stand-in implements reduce 0 only", op);
-	}
 	if (self->ndim == 0 || !norm_dim(&dim, self->ndim) || index->ndim != self->ndim || src->ndim != self->ndim) {
 		return standin_violation(ACLNN_ERR_PARAM_INVALID, "scatter-args", "%s: index and src must have self's rank", op);
 	}
@@ -1252,7 +1256,7 @@ int aclnnScatterGetWorkspaceSize(const aclTensor *self, int64_t dim, const aclTe
 	if (!same_shape(self, out) || out->dtype != self->dtype || src->dtype != self->dtype) {
 		return standin_violation(ACLNN_ERR_PARAM_INVALID, "scatter-out", "%s: out and src have self's dtype, out self's shape", op);
 	}
-	scatter_args a = {*self, *index, *src, *out, dim};
+	scatter_args a = {*self, *index, *src, *out, dim, reduce};
 	return new_exec(op, 0, run_scatter, &a, sizeof a, ws, ex);
 }
 PHASE2(aclnnScatter)

@@ -55,6 +55,15 @@ typedef struct aclIntArray {
 	int64_t v[STANDIN_MAX_DIMS];
 } aclIntArray;
 
+// A tensor list owns its tensors: aclDestroyTensorList destroys them too
+// (OPBASE acl_op_api.cpp L157-172, ascend-api.md §0.1 item 4).
+#define STANDIN_MAX_LIST 1024
+typedef struct aclTensorList {
+	uint32_t magic;
+	uint64_t n;
+	aclTensor **v;
+} aclTensorList;
+
 // An executor holds what phase 1 computed (a copy of the tensors: the
 // caller may destroy its descriptors right after phase 2 is enqueued).
 typedef struct aclOpExecutor {
@@ -93,6 +102,7 @@ STANDIN_EXPORT void standin_stream_fail(const char *rule, const char *msg);
 #define SCALAR_MAGIC 0x5c5c5c5cu
 #define INTARRAY_MAGIC 0x1a1a1a1au
 #define EXEC_MAGIC 0xececececu
+#define TENSORLIST_MAGIC 0x71717171u
 STANDIN_EXPORT int standin_dtype_size(int dt);
 // standin_executor_new makes the executor of phase 1 (args: malloc'd,
 // owned by the executor, freed with it).
