@@ -37,6 +37,9 @@ func (transport) NewRootInfo(o hccl.RootOptions) (hccl.RootInfo, error) { return
 // stay inside CANN before it is declared stuck.
 const stuckGrace = 5 * time.Second
 
+// closeDrain bounds Close's wait for the communicator's stream to go idle.
+const closeDrain = 5 * time.Second
+
 // NewRootInfo creates the root info of a new HCCL communicator
 // (HcclGetRootInfo) on logical device id; call it in rank 0's process and
 // pass the String() to every rank's hccl.Init. HCCL picks the bootstrap
@@ -261,6 +264,11 @@ func (c *comm) Close() error {
 			herr = hcclError("HcclCommDestroy", rc)
 		}
 		if c.ownStream {
+			// A collective that failed or timed out may still be ending
+			// on the stream (HCCL stops it once the communicator is
+			// destroyed), and a stream must be idle to be destroyed:
+			// wait for it, bounded.
+			_ = acl.SynchronizeStreamWithTimeout(uintptr(c.stream), int32(closeDrain.Milliseconds()))
 			if err := acl.DestroyStream(uintptr(c.stream)); err != nil && herr == nil {
 				herr = err
 			}

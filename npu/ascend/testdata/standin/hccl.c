@@ -27,7 +27,9 @@
 // another device's context) are refused when the call is made.
 //
 // Environment: HCCL_CONNECT_TIMEOUT, HCCL_EXEC_TIMEOUT (seconds, read at
-// each init); STANDIN_HCCL_LOG names a file to which each init appends
+// each init; a config's hcclExecTimeOut takes precedence);
+// STANDIN_HCCL_CAPABILITY (HcclGetCommConfigCapability, default 12);
+// STANDIN_HCCL_LOG names a file to which each init appends
 // the timeouts it saw ("rank R/N HCCL_CONNECT_TIMEOUT=v
 // HCCL_EXEC_TIMEOUT=v exec_timeout=s").
 #define _GNU_SOURCE
@@ -592,6 +594,15 @@ static void hub_request(hub *h, int k) {
 		hub_drop(h, k, "is gone: its connection closed (the process exited or was killed)");
 		return;
 	}
+	if (q.type == M_ERROR) { // the rank failed (its timeout) and leaves
+		r->left = 1;
+		h->done++;
+		close(r->fd);
+		r->fd = -1;
+		hub_break(h, E_REMOTE, "stand-in hccl: rank %d of %d failed and left the communicator: %.300s", k, h->n, pl);
+		free(pl);
+		return;
+	}
 	if (q.type == M_BYE) {
 		free(pl);
 		r->left = 1;
@@ -755,7 +766,10 @@ int HcclGetRootInfo(char *info) {
 	return 0;
 }
 
-uint32_t HcclGetCommConfigCapability(void) { return 12; }
+// HcclGetCommConfigCapability: every config field up to hcclQos (12), or
+// STANDIN_HCCL_CAPABILITY (an older HCCL: 8 has no hcclExecTimeOut, so
+// only HCCL_EXEC_TIMEOUT bounds a collective).
+uint32_t HcclGetCommConfigCapability(void) { return (uint32_t)env_seconds("STANDIN_HCCL_CAPABILITY", 12); }
 
 // HcclCommConfig v10 (the fields the stand-in reads).
 typedef struct {
@@ -1155,7 +1169,11 @@ static int run_task(void *p) {
 			  what, (unsigned long long)d->seq, c->dead ? "the communicator was destroyed" : "the root rank's process exited?");
 	}
 	if (rc != 0 && rc != -1) {
-		shutdown(c->fd, SHUT_RDWR); // out of step with the hub: leave, so the peers fail too
+		// Out of step with the hub: leave, saying why, so the peers fail too.
+		if (!c->dead) {
+			send_error(c->fd, c->async_err, c->errmsg);
+		}
+		shutdown(c->fd, SHUT_RDWR);
 	}
 	c->inflight--;
 	pthread_mutex_unlock(&c->mu);
