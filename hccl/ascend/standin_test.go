@@ -158,6 +158,9 @@ func startStandinWorld(t *testing.T, home string, roles []string, env ...string)
 // hcclExecTimeOut in its config), and the late rank then fails at once,
 // told that its peer gave up.
 func TestStandinProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process")
+	}
 	home := buildStandin(t)
 	for _, size := range []int{2, 3} {
 		t.Run(fmt.Sprintf("conformance/size=%d", size), func(t *testing.T) {

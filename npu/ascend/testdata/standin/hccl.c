@@ -398,6 +398,22 @@ static void run_collective(hub *h) {
 	char *in[MAXR];
 	for (int k = 0; k < n; k++) {
 		in[k] = h->r[k].pl;
+		size_t want = 0, got = h->r[k].req.nbytes;
+		switch (q0->kind) {
+		case K_ALLREDUCE: case K_ALLGATHER: want = blk; break;
+		case K_BROADCAST: want = k == (int)q0->peer ? blk : 0; break;
+		case K_REDUCESCATTER: case K_ALLTOALL: want = blk * n; break;
+		case K_ALLTOALLV:
+			want = 2 * n * 8;
+			for (int d = 0; d < n && got >= (size_t)(2 * n * 8); d++) {
+				want += ((uint64_t *)in[k])[d] * es;
+			}
+			break;
+		}
+		if (got != want) {
+			hub_break(h, E_INTERNAL, "stand-in hccl: %s #%llu: rank %d sent %zu bytes, want %zu", kind_name(q0->kind), (unsigned long long)q0->seq, k, got, want);
+			return;
+		}
 	}
 	switch (q0->kind) {
 	case K_ALLREDUCE: {
@@ -793,6 +809,7 @@ typedef struct comm {
 	char name[128];
 	uint64_t seq; // collectives so far
 	pthread_mutex_t mu;
+	pthread_mutex_t io; // one operation at a time on the connection
 	int refs;     // the caller's (until destroyed) + one per enqueued operation
 	int inflight; // operations running on a stream now
 	int dead;     // destroyed
@@ -937,6 +954,7 @@ static int init(uint32_t n, const char *info, uint32_t rank, const config *cfg, 
 	}
 	c->refs = 1;
 	pthread_mutex_init(&c->mu, NULL);
+	pthread_mutex_init(&c->io, NULL);
 	pthread_mutex_lock(&comms_mu);
 	c->next = comms;
 	comms = c;
@@ -960,6 +978,7 @@ static void comm_unref(comm *c) {
 		close(c->fd);
 		c->magic = 0;
 		pthread_mutex_destroy(&c->mu);
+		pthread_mutex_destroy(&c->io);
 		free(c);
 	}
 }
@@ -1151,7 +1170,9 @@ static int run_task(void *p) {
 	c->inflight++;
 	pthread_mutex_unlock(&c->mu);
 	double start = now_s();
+	pthread_mutex_lock(&c->io);
 	int rc = exchange(d);
+	pthread_mutex_unlock(&c->io);
 	pthread_mutex_lock(&c->mu);
 	const char *what = kind_name(d->kind);
 	switch (rc) {
