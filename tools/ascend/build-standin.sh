@@ -6,7 +6,8 @@
 # tests can run on --device ascend without an NPU:
 #   tools/ascend/build-standin.sh /tmp/standin
 #   ASCEND_HOME_PATH=/tmp/standin NPUSERVE_TEST_DEVICE=ascend go test ./engine/model/glm5next/
-# STANDIN_HBM_BYTES sets the stand-in's device memory (default: its own).
+# STANDIN_HBM_BYTES sets the stand-in's device memory (default: its own),
+# STANDIN_DEVICES its number of devices (default 2; a DP2xTP2 node needs 4).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${1:?usage: $0 DIR}
