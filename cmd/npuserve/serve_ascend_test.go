@@ -59,21 +59,34 @@ func hcclLog(t *testing.T) func() string {
 }
 
 // checkHCCLTimeouts: HCCL's timeouts were set from npuserve's (60 s
-// operation timeout by default, not HCCL's 1836 s), logged, and seen by
-// every communicator init of the stand-in libhccl.
-func checkHCCLTimeouts(t *testing.T, serveLog, inits string, comms int) {
+// operation timeout by default, not HCCL's 1836 s; the connect timeout
+// from the 600 s start-up timeout), logged, and seen by every
+// HcclGetRootInfo (groups) and communicator init (comms) of the stand-in
+// libhccl.
+func checkHCCLTimeouts(t *testing.T, serveLog, calls string, groups, comms int) {
 	t.Helper()
-	if !strings.Contains(serveLog, "hccl: HCCL timeouts follow npuserve's") || !strings.Contains(serveLog, "HCCL_EXEC_TIMEOUT=60 (operation timeout 1m0s)") {
-		t.Errorf("the rank processes did not log the HCCL timeouts they set:\n%s", tail(serveLog, 3000))
-	}
-	lines := strings.Split(strings.TrimSpace(inits), "\n")
-	if len(lines) != comms || inits == "" {
-		t.Errorf("%d HCCL communicator inits, want %d:\n%s", len(lines), comms, inits)
-	}
-	for _, l := range lines {
-		if !strings.Contains(l, "HCCL_EXEC_TIMEOUT=60 ") || !strings.Contains(l, "exec_timeout=60") || strings.Contains(l, "HCCL_CONNECT_TIMEOUT=-") {
-			t.Errorf("an init saw %q, want HCCL_EXEC_TIMEOUT=60 and exec_timeout=60 (npuserve's operation timeout) and HCCL_CONNECT_TIMEOUT set", l)
+	for _, want := range []string{"hccl: HCCL timeouts follow npuserve's", "HCCL_CONNECT_TIMEOUT=600 (init timeout 10m0s)", "HCCL_EXEC_TIMEOUT=60 (operation timeout 1m0s)"} {
+		if !strings.Contains(serveLog, want) {
+			t.Errorf("the rank processes did not log %q:\n%s", want, tail(serveLog, 3000))
 		}
+	}
+	var roots, inits int
+	for _, l := range strings.Split(strings.TrimSpace(calls), "\n") {
+		if !strings.Contains(l, "HCCL_CONNECT_TIMEOUT=600 HCCL_EXEC_TIMEOUT=60") {
+			t.Errorf("HCCL saw %q, want HCCL_CONNECT_TIMEOUT=600 HCCL_EXEC_TIMEOUT=60 (npuserve's)", l)
+		}
+		switch {
+		case strings.HasPrefix(l, "root "):
+			roots++
+		case strings.HasPrefix(l, "rank "):
+			inits++
+			if !strings.HasSuffix(l, " exec_timeout=60") {
+				t.Errorf("an init used %q, want exec_timeout=60 (hcclExecTimeOut, npuserve's operation timeout)", l)
+			}
+		}
+	}
+	if roots != groups || inits != comms {
+		t.Errorf("%d HcclGetRootInfo and %d communicator inits, want %d and %d:\n%s", roots, inits, groups, comms, calls)
 	}
 }
 
@@ -106,11 +119,12 @@ func TestServeAscendParallel(t *testing.T) {
 		name    string
 		args    []string
 		devices int
-		comms   int // HCCL communicators: TP groups + DP + EP
+		groups  int // HCCL groups (root infos): TP groups + DP + EP
+		comms   int // their communicators (one per member)
 	}{
-		{"TP2", []string{"--tensor-parallel-size", "2"}, 2, 2},
-		{"DP2 EP", []string{"--data-parallel-size", "2", "--enable-expert-parallel"}, 2, 4},
-		{"DP2 TP2 EP", []string{"--data-parallel-size", "2", "--tensor-parallel-size", "2", "--enable-expert-parallel"}, 4, 4 + 2 + 4},
+		{"TP2", []string{"--tensor-parallel-size", "2"}, 2, 1, 2},
+		{"DP2 EP", []string{"--data-parallel-size", "2", "--enable-expert-parallel"}, 2, 2, 4},
+		{"DP2 TP2 EP", []string{"--data-parallel-size", "2", "--tensor-parallel-size", "2", "--enable-expert-parallel"}, 4, 2 + 1 + 1, 4 + 2 + 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			inits := hcclLog(t)
@@ -122,7 +136,7 @@ func TestServeAscendParallel(t *testing.T) {
 					t.Errorf("prompt %d: served %v, single rank %v", i, got, want[i])
 				}
 			}
-			checkHCCLTimeouts(t, s.log.String(), inits(), tc.comms)
+			checkHCCLTimeouts(t, s.log.String(), inits(), tc.groups, tc.comms)
 		})
 	}
 }
@@ -173,7 +187,7 @@ func TestServeAscendHeadless(t *testing.T) {
 	if !strings.Contains(hl.String(), "DP rank 1 ready") {
 		t.Errorf("the headless node's log does not show DP rank 1 ready:\n%s", tail(hl.String(), 3000))
 	}
-	checkHCCLTimeouts(t, s.log.String()+hl.String(), inits(), 4) // DP and EP groups, two ranks each
+	checkHCCLTimeouts(t, s.log.String()+hl.String(), inits(), 2, 4) // DP and EP groups, two ranks each
 }
 
 // rankPIDs finds the rank processes of serve process pid by their role

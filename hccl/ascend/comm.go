@@ -31,7 +31,12 @@ func (transport) Init(ri hccl.RootInfo, rank, size int, opts hccl.Options) (hccl
 	return initComm(ri, rank, size, opts)
 }
 
-func (transport) NewRootInfo(o hccl.RootOptions) (hccl.RootInfo, error) { return NewRootInfo(o.Device) }
+func (transport) NewRootInfo(o hccl.RootOptions) (hccl.RootInfo, error) {
+	if o.Comm.Timeout > 0 || o.Comm.InitTimeout > 0 {
+		applyTimeoutEnv(o.Comm, nil) // before HcclGetRootInfo, as before an init (env.go)
+	}
+	return NewRootInfo(o.Device)
+}
 
 // stuckGrace is how long past an operation's timeout the device thread may
 // stay inside CANN before it is declared stuck.

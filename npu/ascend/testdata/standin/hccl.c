@@ -29,9 +29,10 @@
 // Environment: HCCL_CONNECT_TIMEOUT, HCCL_EXEC_TIMEOUT (seconds, read at
 // each init; a config's hcclExecTimeOut takes precedence);
 // STANDIN_HCCL_CAPABILITY (HcclGetCommConfigCapability, default 12);
-// STANDIN_HCCL_LOG names a file to which each init appends
-// the timeouts it saw ("rank R/N HCCL_CONNECT_TIMEOUT=v
-// HCCL_EXEC_TIMEOUT=v exec_timeout=s").
+// STANDIN_HCCL_LOG names a file to which each HcclGetRootInfo and init
+// appends the timeouts it saw ("root HCCL_CONNECT_TIMEOUT=v
+// HCCL_EXEC_TIMEOUT=v", "rank R/N HCCL_CONNECT_TIMEOUT=v
+// HCCL_EXEC_TIMEOUT=v exec_timeout=s"; "-" when unset).
 #define _GNU_SOURCE
 #include "standin.h"
 
@@ -283,6 +284,8 @@ static int send_error(int fd, int code, const char *msg) {
 	hdr h = {.type = M_ERROR, .code = code};
 	return send_msg(fd, &h, msg, strlen(msg) + 1, NULL, 0);
 }
+
+static void log_env(const char *who, const char *extra);
 
 // ---- the hub (one per root info, in HcclGetRootInfo's process) ----
 
@@ -764,6 +767,7 @@ int HcclGetRootInfo(char *info) {
 	}
 	// Ranks must join within HCCL's link-setup time (+20 s, as HCCL).
 	h->deadline = now_s() + env_seconds("HCCL_CONNECT_TIMEOUT", 120) + 20;
+	log_env("root", "");
 	rootinfo ri = {.id = h->id, .port = ntohs(a.sin_port)};
 	snprintf(ri.magic, sizeof ri.magic, "%s", ROOT_MAGIC);
 	snprintf(ri.host, sizeof ri.host, "127.0.0.1");
@@ -848,19 +852,29 @@ static comm *acquire(void *p) {
 
 static void comm_unref(comm *c);
 
-static void log_init(uint32_t rank, uint32_t n, double exec) {
+// log_env appends "who HCCL_CONNECT_TIMEOUT=v HCCL_EXEC_TIMEOUT=v extra" to
+// STANDIN_HCCL_LOG ("-": unset), what HCCL reads at this call.
+static void log_env(const char *who, const char *extra) {
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 	const char *path = getenv("STANDIN_HCCL_LOG");
 	if (path == NULL || *path == '\0') {
 		return;
 	}
 	const char *ct = getenv("HCCL_CONNECT_TIMEOUT"), *et = getenv("HCCL_EXEC_TIMEOUT");
-	pthread_mutex_lock(&comms_mu);
+	pthread_mutex_lock(&mu);
 	FILE *f = fopen(path, "a");
 	if (f != NULL) {
-		fprintf(f, "rank %u/%u HCCL_CONNECT_TIMEOUT=%s HCCL_EXEC_TIMEOUT=%s exec_timeout=%g\n", rank, n, ct ? ct : "-", et ? et : "-", exec);
+		fprintf(f, "%s HCCL_CONNECT_TIMEOUT=%s HCCL_EXEC_TIMEOUT=%s%s\n", who, ct ? ct : "-", et ? et : "-", extra);
 		fclose(f);
 	}
-	pthread_mutex_unlock(&comms_mu);
+	pthread_mutex_unlock(&mu);
+}
+
+static void log_init(uint32_t rank, uint32_t n, double exec) {
+	char who[64], extra[64];
+	snprintf(who, sizeof who, "rank %u/%u", rank, n);
+	snprintf(extra, sizeof extra, " exec_timeout=%g", exec);
+	log_env(who, extra);
 }
 
 // wait_readable waits until fd has data, the deadline (0: none) passes,
