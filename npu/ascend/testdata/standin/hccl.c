@@ -294,6 +294,7 @@ enum { IDLE, WAITING };
 typedef struct {
 	int fd; // -1: not connected (yet, or any more)
 	int joined, left, state;
+	int local; // the rank runs in the hub's process
 	hdr req;
 	char *pl;
 } hub_rank;
@@ -312,6 +313,10 @@ typedef struct {
 	int pending[2 * MAXR]; // accepted connections without a hello yet
 	int npending;
 	double deadline; // by when every rank must have joined
+	// order answers the other processes' ranks before the hub's own
+	// process's: a local rank may return from its collective and exit (the
+	// hub with it) before a reply to another process is written.
+	int order[MAXR];
 } hub;
 
 static void hub_break(hub *h, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -422,8 +427,8 @@ static void run_collective(hub *h) {
 	case K_ALLREDUCE: {
 		char *out = malloc(blk ? blk : 1);
 		reduce(dt, op, out, in, n, 0, cnt);
-		for (int k = 0; k < n; k++) {
-			reply(h, k, out, blk, NULL, 0);
+		for (int i = 0; i < n; i++) {
+			reply(h, h->order[i], out, blk, NULL, 0);
 		}
 		free(out);
 		break;
@@ -433,7 +438,8 @@ static void run_collective(hub *h) {
 		for (int k = 0; k < n; k++) {
 			reduce(dt, op, out + k * blk, in, n, k * cnt, cnt);
 		}
-		for (int k = 0; k < n; k++) {
+		for (int i = 0; i < n; i++) {
+			int k = h->order[i];
 			reply(h, k, out + k * blk, blk, NULL, 0);
 		}
 		free(out);
@@ -443,7 +449,8 @@ static void run_collective(hub *h) {
 		int root = (int)q0->peer;
 		char *data = h->r[root].pl;
 		h->r[root].pl = NULL; // reply frees the payload it answers
-		for (int k = 0; k < n; k++) {
+		for (int i = 0; i < n; i++) {
+			int k = h->order[i];
 			reply(h, k, data, k == root ? 0 : blk, NULL, 0);
 		}
 		free(data);
@@ -454,8 +461,8 @@ static void run_collective(hub *h) {
 		for (int k = 0; k < n; k++) {
 			memcpy(out + k * blk, in[k], blk);
 		}
-		for (int k = 0; k < n; k++) {
-			reply(h, k, out, blk * n, NULL, 0);
+		for (int i = 0; i < n; i++) {
+			reply(h, h->order[i], out, blk * n, NULL, 0);
 		}
 		free(out);
 		break;
@@ -467,7 +474,8 @@ static void run_collective(hub *h) {
 				memcpy(out + (r * n + k) * blk, in[k] + r * blk, blk);
 			}
 		}
-		for (int r = 0; r < n; r++) {
+		for (int i = 0; i < n; i++) {
+			int r = h->order[i];
 			reply(h, r, out + r * n * blk, n * blk, NULL, 0);
 		}
 		free(out);
@@ -511,15 +519,18 @@ static void run_collective(hub *h) {
 				o += sc[k][r] * es;
 			}
 		}
-		for (int r = 0; r < n; r++) {
+		for (int i = 0; i < n; i++) {
+			int r = h->order[i];
 			reply(h, r, outs[r], lens[r], NULL, 0);
+		}
+		for (int r = 0; r < n; r++) {
 			free(outs[r]);
 		}
 		break;
 	}
 	case K_BARRIER:
-		for (int k = 0; k < n; k++) {
-			reply(h, k, NULL, 0, NULL, 0);
+		for (int i = 0; i < n; i++) {
+			reply(h, h->order[i], NULL, 0, NULL, 0);
 		}
 		break;
 	}
@@ -547,9 +558,16 @@ static void match(hub *h) {
 				char *data = r->pl;
 				size_t nb = r->req.nbytes;
 				r->pl = NULL;
-				reply(h, (int)r->req.peer, data, nb, NULL, 0);
+				// HcclSend completes once received; the hub's own process
+				// is answered last (it may exit right after).
+				if (r->local) {
+					reply(h, (int)r->req.peer, data, nb, NULL, 0);
+					reply(h, k, NULL, 0, NULL, 0);
+				} else {
+					reply(h, k, NULL, 0, NULL, 0);
+					reply(h, (int)r->req.peer, data, nb, NULL, 0);
+				}
 				free(data);
-				reply(h, k, NULL, 0, NULL, 0); // HcclSend completes once received
 				if (h->broken) {
 					return;
 				}
@@ -594,8 +612,17 @@ static void hub_hello(hub *h, int fd, const hdr *q) {
 	h->r[k].fd = fd;
 	h->r[k].joined = 1;
 	h->joined++;
+	h->r[k].local = q->peer == (uint32_t)getpid();
 	if (h->joined == h->n) {
 		h->ready = 1;
+		int i = 0;
+		for (int pass = 0; pass < 2; pass++) {
+			for (int r = 0; r < h->n; r++) {
+				if (h->r[r].local == pass) {
+					h->order[i++] = r;
+				}
+			}
+		}
 		for (int i = 0; i < h->n; i++) {
 			hdr x = {.type = M_READY};
 			if (h->r[i].fd >= 0 && send_msg(h->r[i].fd, &x, NULL, 0, NULL, 0)) {
@@ -935,7 +962,7 @@ static int init(uint32_t n, const char *info, uint32_t rank, const config *cfg, 
 	}
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	hdr hello = {.type = M_HELLO, .rank = rank, .seq = ri.id, .count = n};
+	hdr hello = {.type = M_HELLO, .rank = rank, .peer = (uint32_t)getpid(), .seq = ri.id, .count = n};
 	hdr r;
 	char *pl = NULL;
 	int rc = send_msg(fd, &hello, NULL, 0, NULL, 0) ? E_TCP_TRANSFER : wait_readable(fd, deadline, NULL, 0);
