@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"net/http"
@@ -236,30 +237,52 @@ func TestServeAscendRankKilled(t *testing.T) {
 	if len(kids) != 2 || kids[[2]int{0, 1}] == 0 {
 		t.Fatalf("rank processes %v, want DP 0 × TP 0..1", kids)
 	}
-	// A long request keeps the TP group in its collectives.
-	inflight := make(chan int, 1)
+	// A long streamed request keeps the TP group in its collectives: kill
+	// TP rank 1 once the first token has arrived.
+	resp, err := http.Post(s.url+"/v1/completions", "application/json",
+		strings.NewReader(`{"prompt":[1,2,3],"max_tokens":240,"temperature":0,"ignore_eos":true,"stream":true}`))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("streamed request: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	chunks := make(chan string, 512)
 	go func() {
-		resp, err := http.Post(s.url+"/v1/completions", "application/json",
-			strings.NewReader(`{"prompt":[1,2,3],"max_tokens":200,"temperature":0,"ignore_eos":true}`))
-		if err != nil {
-			inflight <- 0
-			return
+		defer close(chunks)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if l, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				chunks <- l
+			}
 		}
-		resp.Body.Close()
-		inflight <- resp.StatusCode
 	}()
-	time.Sleep(1500 * time.Millisecond)
+	select {
+	case <-chunks:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no token streamed within 30 s:\n%s", tail(s.log.String(), 3000))
+	}
 	syscall.Kill(kids[[2]int{0, 1}], syscall.SIGKILL)
 	killed := time.Now()
-	select {
-	case code := <-inflight:
-		if code == 200 {
-			t.Errorf("the request in flight when TP rank 1 died succeeded")
+	var tokens int
+	var failed bool
+	for ended := false; !ended; {
+		select {
+		case l, ok := <-chunks:
+			switch {
+			case !ok || l == "[DONE]":
+				ended = true
+			case strings.Contains(l, `"error"`):
+				failed = true
+			default:
+				tokens++
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("the stream in flight did not end within 15 s of the kill:\n%s", tail(s.log.String(), 3000))
 		}
-		t.Logf("the request in flight ended with status %d after %s", code, time.Since(killed).Round(time.Millisecond))
-	case <-time.After(15 * time.Second):
-		t.Fatalf("the request in flight did not end within 15 s of the kill:\n%s", tail(s.log.String(), 3000))
 	}
+	if !failed && tokens >= 239 {
+		t.Errorf("the stream in flight when TP rank 1 died completed (%d more tokens, no error)", tokens)
+	}
+	t.Logf("the stream in flight ended %s after the kill (%d more tokens, error event %v)", time.Since(killed).Round(time.Millisecond), tokens, failed)
 	var code int
 	var body []byte
 	for time.Since(killed) < 10*time.Second {
