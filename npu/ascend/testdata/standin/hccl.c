@@ -4,7 +4,8 @@
 // npuserve's TP/DP/EP ranks run on --device ascend over the stand-in.
 //
 // Rendezvous: HcclGetRootInfo starts a hub (a thread of the calling
-// process, normally rank 0's) listening on 127.0.0.1 and writes its port
+// process, normally rank 0's) listening on HCCL_IF_IP (default 127.0.0.1)
+// and writes that address, its port
 // and a random id into the 4108-byte root info; HcclCommInitRootInfo(Config)
 // connects every rank to it (over TCP) and returns once all n ranks have
 // joined, or fails after HCCL_CONNECT_TIMEOUT (default 120 s). The hub
@@ -773,11 +774,20 @@ int HcclGetRootInfo(char *info) {
 	if (info == NULL) {
 		return standin_violation(E_PTR, "hccl-non-null", "HcclGetRootInfo(NULL)");
 	}
+	// The rendezvous listens where HCCL bootstraps: HCCL_IF_IP (IPv4), else
+	// the loopback address (HCCL_SOCKET_IFNAME is not read).
+	const char *ip = getenv("HCCL_IF_IP");
+	if (ip == NULL || *ip == '\0') {
+		ip = "127.0.0.1";
+	}
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	if (inet_pton(AF_INET, ip, &a.sin_addr) != 1 || strlen(ip) >= 64) {
+		return standin_violation(E_PARA, "hccl-if-ip", "HcclGetRootInfo: HCCL_IF_IP=%s is not an IPv4 address (the stand-in takes IPv4 only)", ip);
+	}
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t al = sizeof a;
 	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 2 * MAXR) || getsockname(fd, (struct sockaddr *)&a, &al)) {
-		standin_set_error("stand-in hccl: HcclGetRootInfo: cannot listen on 127.0.0.1: %s", strerror(errno));
+		standin_set_error("stand-in hccl: HcclGetRootInfo: cannot listen on %s: %s", ip, strerror(errno));
 		if (fd >= 0) {
 			close(fd);
 		}
@@ -797,7 +807,7 @@ int HcclGetRootInfo(char *info) {
 	log_env("root", "");
 	rootinfo ri = {.id = h->id, .port = ntohs(a.sin_port)};
 	snprintf(ri.magic, sizeof ri.magic, "%s", ROOT_MAGIC);
-	snprintf(ri.host, sizeof ri.host, "127.0.0.1");
+	snprintf(ri.host, sizeof ri.host, "%s", ip);
 	pthread_t th;
 	pthread_attr_t at;
 	pthread_attr_init(&at);
