@@ -33,7 +33,8 @@
 // STANDIN_HCCL_LOG names a file to which each HcclGetRootInfo and init
 // appends the timeouts it saw ("root HCCL_CONNECT_TIMEOUT=v
 // HCCL_EXEC_TIMEOUT=v", "rank R/N HCCL_CONNECT_TIMEOUT=v
-// HCCL_EXEC_TIMEOUT=v exec_timeout=s"; "-" when unset).
+// HCCL_EXEC_TIMEOUT=v exec_timeout=s"; "-" when unset) and each
+// communicator its first failure ("rank R/N failed (HcclResult c, …): why").
 #define _GNU_SOURCE
 #include "standin.h"
 
@@ -856,6 +857,7 @@ typedef struct comm {
 	int dead;     // destroyed
 	int async_err;
 	char errmsg[768];
+	double since; // when init returned
 	struct comm *next;
 } comm;
 
@@ -889,22 +891,32 @@ static comm *acquire(void *p) {
 
 static void comm_unref(comm *c);
 
-// log_env appends "who HCCL_CONNECT_TIMEOUT=v HCCL_EXEC_TIMEOUT=v extra" to
-// STANDIN_HCCL_LOG ("-": unset), what HCCL reads at this call.
-static void log_env(const char *who, const char *extra) {
+// log_line appends a line to the file STANDIN_HCCL_LOG names, if any.
+static void log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void log_line(const char *fmt, ...) {
 	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 	const char *path = getenv("STANDIN_HCCL_LOG");
 	if (path == NULL || *path == '\0') {
 		return;
 	}
-	const char *ct = getenv("HCCL_CONNECT_TIMEOUT"), *et = getenv("HCCL_EXEC_TIMEOUT");
 	pthread_mutex_lock(&mu);
 	FILE *f = fopen(path, "a");
 	if (f != NULL) {
-		fprintf(f, "%s HCCL_CONNECT_TIMEOUT=%s HCCL_EXEC_TIMEOUT=%s%s\n", who, ct ? ct : "-", et ? et : "-", extra);
+		va_list ap;
+		va_start(ap, fmt);
+		vfprintf(f, fmt, ap);
+		va_end(ap);
+		fputc('\n', f);
 		fclose(f);
 	}
 	pthread_mutex_unlock(&mu);
+}
+
+// log_env logs "who HCCL_CONNECT_TIMEOUT=v HCCL_EXEC_TIMEOUT=v extra" ("-":
+// unset): what HCCL reads at this call.
+static void log_env(const char *who, const char *extra) {
+	const char *ct = getenv("HCCL_CONNECT_TIMEOUT"), *et = getenv("HCCL_EXEC_TIMEOUT");
+	log_line("%s HCCL_CONNECT_TIMEOUT=%s HCCL_EXEC_TIMEOUT=%s%s", who, ct ? ct : "-", et ? et : "-", extra);
 }
 
 static void log_init(uint32_t rank, uint32_t n, double exec) {
@@ -1000,6 +1012,7 @@ static int init(uint32_t n, const char *info, uint32_t rank, const config *cfg, 
 	c->rank = (int)rank;
 	c->n = (int)n;
 	c->exec_timeout = exec;
+	c->since = now_s();
 	if (cfg != NULL) {
 		snprintf(c->name, sizeof c->name, "%s", cfg->name);
 	}
@@ -1128,6 +1141,7 @@ static void set_async(comm *c, int code, const char *fmt, ...) {
 	vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
 	va_end(ap);
 	c->async_err = code;
+	log_line("rank %d/%d failed (HcclResult %d, %.1f s after init): %s", c->rank, c->n, code, now_s() - c->since, c->errmsg);
 }
 
 // exchange sends d's request and applies the reply (the stream's thread).
