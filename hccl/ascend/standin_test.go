@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -70,9 +71,23 @@ type standinRank struct {
 	done   chan error
 }
 
-type syncBuf struct{ strings.Builder }
+// syncBuf is a goroutine-safe buffer for a rank's stderr.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
 
-func (b *syncBuf) Write(p []byte) (int, error) { return b.Builder.Write(p) }
+func (b *syncBuf) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuf) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
 
 func startStandinRank(t *testing.T, home, role string, rank, size int, root string, env ...string) *standinRank {
 	t.Helper()
