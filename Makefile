@@ -46,7 +46,8 @@ test-cuda:
 	NPUSERVE_TEST_DEVICE=cuda CGO_ENABLED=1 $(GO) test -count=1 ./engine/model/glm5next/
 	NPUSERVE_TEST_DEVICE=cuda CGO_ENABLED=1 $(GO) test -count=1 -run DecodeGraphs ./engine/core/
 
-## test-ascend: the golden and quantized fixtures, the serving tests and
+## test-ascend: the golden and quantized fixtures, the serving tests (one
+## rank and multi-rank, over the stand-in's libhccl), hccl/ascend's suite and
 ## selftest on --device ascend over the stand-in CANN (a test double built
 ## from C by tools/ascend/build-standin.sh; no NPU involved; about 15
 ## minutes: the stand-in runs every operator on the host, one thread).
@@ -59,6 +60,12 @@ test-ascend:
 	ASCEND_HOME_PATH=$(STANDIN) STANDIN_SOC=Ascend950DT_9582 NPUSERVE_TEST_DEVICE=ascend $(GO) test -count=1 -timeout 30m \
 	  -run 'TestQuantizedAgreement|TestQuantizeLayout|TestLoadHandMadeMsmodelslim' ./engine/model/glm5next/
 	ASCEND_HOME_PATH=$(STANDIN) NPUSERVE_TEST_DEVICE=ascend $(GO) test -count=1 -timeout 30m -run 'TestServeSDK|TestServeGolden|TestServeBadInputs' ./cmd/npuserve/
+	# multi-rank serving over the stand-in libhccl: TP2, DP2+EP, DP2xTP2+EP, a headless rank, a killed rank
+	ASCEND_HOME_PATH=$(STANDIN) NPUSERVE_TEST_DEVICE=ascend $(GO) test -count=1 -timeout 30m -run 'TestServeAscend' ./cmd/npuserve/
+	# engine/dp's head/headless, rank-failure and rank-process tests (DP2xTP2: 4 stand-in devices)
+	ASCEND_HOME_PATH=$(STANDIN) STANDIN_DEVICES=4 NPUSERVE_TEST_DEVICE=ascend $(GO) test -count=1 -timeout 30m ./engine/dp/
+	# hccl/ascend's conformance and failure suites on the stand-in libhccl: ranks in-process (8 devices) and as processes
+	ASCEND_HOME_PATH=$(STANDIN) STANDIN_DEVICES=8 NPUSERVE_TEST_HCCL=1 $(GO) test -count=1 -timeout 30m ./hccl/ascend/
 	ASCEND_HOME_PATH=$(STANDIN) $(GO) run ./cmd/npuserve selftest --device ascend
 
 vet:

@@ -321,6 +321,11 @@ type RootOptions struct {
 	ListenHost string
 	// Device is the logical accelerator id of rank 0 (HCCL).
 	Device int
+	// Comm, when its timeouts are set, are the options the communicator
+	// will be started with: HCCL sets HCCL_CONNECT_TIMEOUT and
+	// HCCL_EXEC_TIMEOUT from them before HcclGetRootInfo, which may read
+	// them (the root's rendezvous), as it does before an init.
+	Comm Options
 }
 
 // NewRootInfoFor creates a root info with the transport called name

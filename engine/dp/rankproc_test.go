@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/npuserve/npuserve/npu/nputest"
 )
 
 // rankChildren lists the live rank processes whose parent is pid, by
@@ -88,7 +90,7 @@ func startLocalDP2TP2(t *testing.T) (*proc, string) {
 	t.Helper()
 	port := freePorts(t, "127.0.0.1", 1)[0]
 	p := startServe(t, "head", []string{"serve", tinyDir, "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", fmt.Sprint(port),
-		"--data-parallel-size", "2", "--tensor-parallel-size", "2", "--max-model-len", "256", "--max-num-seqs", "8", "--device", "cpu", "--threads", "1"})
+		"--data-parallel-size", "2", "--tensor-parallel-size", "2", "--max-model-len", "256", "--max-num-seqs", "8", "--device", nputest.Device(), "--threads", "1"})
 	p.waitLog("Starting npuserve API server", 60*time.Second)
 	return p, fmt.Sprintf("http://127.0.0.1:%d", port)
 }

@@ -149,7 +149,7 @@ func Join(world hccl.Comm, topo Topology, opt JoinOptions) (*Groups, error) {
 		if !gr.in || gr.root != g {
 			continue
 		}
-		ri, err := hccl.NewRootInfoFor(opt.Transport, hccl.RootOptions{ListenHost: host, Device: opt.Comm.Device})
+		ri, err := hccl.NewRootInfoFor(opt.Transport, hccl.RootOptions{ListenHost: host, Device: opt.Comm.Device, Comm: opt.Comm})
 		if err != nil {
 			// The peers wait for this rank's root infos: tell them.
 			err = fmt.Errorf("worker: rank %d: %s group root info: %w", g, gr.name, err)

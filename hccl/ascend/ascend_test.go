@@ -37,6 +37,8 @@ func TestMain(m *testing.M) {
 		os.Exit(unavailableChild())
 	case "timeoutenv":
 		os.Exit(timeoutEnvChild())
+	case "standin":
+		os.Exit(standinChild())
 	}
 	var cleanup func()
 	if os.Getenv("NPUSERVE_TEST_HCCL") == "1" {

@@ -31,11 +31,19 @@ func (transport) Init(ri hccl.RootInfo, rank, size int, opts hccl.Options) (hccl
 	return initComm(ri, rank, size, opts)
 }
 
-func (transport) NewRootInfo(o hccl.RootOptions) (hccl.RootInfo, error) { return NewRootInfo(o.Device) }
+func (transport) NewRootInfo(o hccl.RootOptions) (hccl.RootInfo, error) {
+	if o.Comm.Timeout > 0 || o.Comm.InitTimeout > 0 {
+		applyTimeoutEnv(o.Comm, nil) // before HcclGetRootInfo, as before an init (env.go)
+	}
+	return NewRootInfo(o.Device)
+}
 
 // stuckGrace is how long past an operation's timeout the device thread may
 // stay inside CANN before it is declared stuck.
 const stuckGrace = 5 * time.Second
+
+// closeDrain bounds Close's wait for the communicator's stream to go idle.
+const closeDrain = 5 * time.Second
 
 // NewRootInfo creates the root info of a new HCCL communicator
 // (HcclGetRootInfo) on logical device id; call it in rank 0's process and
@@ -261,6 +269,11 @@ func (c *comm) Close() error {
 			herr = hcclError("HcclCommDestroy", rc)
 		}
 		if c.ownStream {
+			// A collective that failed or timed out may still be ending
+			// on the stream (HCCL stops it once the communicator is
+			// destroyed), and a stream must be idle to be destroyed:
+			// wait for it, bounded.
+			_ = acl.SynchronizeStreamWithTimeout(uintptr(c.stream), int32(closeDrain.Milliseconds()))
 			if err := acl.DestroyStream(uintptr(c.stream)); err != nil && herr == nil {
 				herr = err
 			}

@@ -61,11 +61,8 @@ func getDevice(id int) (*device, error) {
 
 func (d *device) loop(ready chan<- error) {
 	runtime.LockOSThread() // for good: the thread belongs to the device
-	aclOnce.Do(func() {
-		aclErr = acl.Init()
-	})
-	if aclErr != nil {
-		ready <- aclErr
+	if err := initACL(); err != nil {
+		ready <- err
 		return
 	}
 	if err := acl.SetDevice(d.id); err != nil {
@@ -107,9 +104,19 @@ func (d *device) do(what string, limit time.Duration, fn func()) error {
 	}
 }
 
+// initACL calls aclInit once per process (before any other ACL call, as
+// CANN requires).
+func initACL() error {
+	aclOnce.Do(func() { aclErr = acl.Init() })
+	return aclErr
+}
+
 // DeviceCount is the number of NPUs this process sees.
 func DeviceCount() (int, error) {
 	if err := Available(); err != nil {
+		return 0, err
+	}
+	if err := initACL(); err != nil {
 		return 0, err
 	}
 	return acl.DeviceCount()

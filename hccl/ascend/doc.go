@@ -26,7 +26,11 @@
 // loader, argument passing, thread model, timeouts and error paths are
 // exercised by the conformance suite against a fake CANN library compiled
 // by the tests (testdata/fakecann), which implements the documented
-// semantics on host memory. The same suite runs against the real library
+// semantics on host memory. The suite also runs over the stand-in CANN's
+// libhccl (npu/ascend/testdata/standin/hccl.c, another test double: ranks
+// in separate processes, collectives on the stand-in's streams), in rank
+// processes (TestStandinProcesses) and in-process with NPUSERVE_TEST_HCCL=1
+// ASCEND_HOME_PATH=<stand-in> STANDIN_DEVICES=8. The same suite runs against the real library
 // with NPUSERVE_TEST_HCCL=1 on a machine with NPUs; until someone does
 // that, treat the binding as unproven. Known gaps: HCCL does not say which
 // rank is missing when a collective times out, and an Abort cannot tell

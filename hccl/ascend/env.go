@@ -26,7 +26,8 @@ import (
 // HcclCommInitRootInfo the transport sets them from the first
 // communicator's Options (InitTimeout and Timeout, in seconds rounded up,
 // within HCCL's documented ranges) unless the user set them, and logs
-// once what it did. Later communicators keep the process's values (HCCL
+// once what it did; a root info made through the transport with
+// RootOptions.Comm does the same first, before HcclGetRootInfo. Later communicators keep the process's values (HCCL
 // may have read them already); their execution timeout also goes in
 // HcclCommConfig.hcclExecTimeOut where HCCL supports it (comm.go).
 //

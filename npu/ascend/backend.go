@@ -171,6 +171,20 @@ func (b *Backend) Sync() error {
 	return err
 }
 
+// RunOnStream waits for the work enqueued before it and then runs fn on
+// the calling goroutine, returning the stream's earlier failure instead
+// when there is one. It is how collectives are ordered against the
+// backend's ops: an HCCL communicator (hccl/ascend) enqueues on its own
+// stream and waits for it, so fn sees every earlier op's results and its
+// own are complete before the next op is enqueued. Refused while
+// capturing a graph.
+func (b *Backend) RunOnStream(fn func() error) error {
+	if err := b.Sync(); err != nil {
+		return err
+	}
+	return fn()
+}
+
 // Close synchronises, frees the backend's scratch and destroys the stream.
 func (b *Backend) Close() error {
 	if b.closed {

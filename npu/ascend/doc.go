@@ -113,4 +113,16 @@
 // the calling thread, the stream belonging to it); where a real operator is
 // stricter or looser (mixed dtypes in aclnnAdd, fp32 aclnnMatmul with
 // cubeMathType 0) only a real NPU will tell.
+//
+// Multi-rank serving (TP, DP, EP, headless ranks) runs over the stand-in's
+// libhccl (testdata/standin/hccl.c, also a test double, not HCCL): ranks
+// are separate processes that meet at a rendezvous on 127.0.0.1 named by
+// HcclGetRootInfo's blob (which npuserve ships over its own world
+// communicator), and collectives run in stream order on the stand-in's
+// streams and device memory, with HCCL_EXEC_TIMEOUT / hcclExecTimeOut and
+// HCCL_CONNECT_TIMEOUT honoured and a dead peer failing the others at
+// once. It shows that hccl/ascend's calls, argument passing and error
+// paths fit together with this backend (RunOnStream orders a collective
+// after the ops before it); HCCL's real algorithms, reduction order,
+// buffers and failure timing are not modelled.
 package ascend

@@ -103,6 +103,13 @@ STANDIN_EXPORT void standinClearViolation(void) {
 
 STANDIN_EXPORT void *standin_current_ctx(void) { return t_ctx; }
 
+STANDIN_EXPORT void standin_set_error(const char *fmt, ...) {
+	va_list ap;
+	va_start(ap, fmt);
+	set_err(fmt, ap);
+	va_end(ap);
+}
+
 const char *aclGetRecentErrMsg(void) {
 	if (t_err[0] == '\0') {
 		return NULL;
@@ -415,6 +422,7 @@ typedef struct stream {
 	int err;
 	char errmsg[1024];
 	struct capture *cap; // non-NULL between aclmdlRICaptureBegin and End
+	uint64_t aborts;     // aclrtStreamAbort calls (standin_stream_aborts)
 } stream;
 
 static __thread stream *t_running; // the stream whose task this thread runs
@@ -596,9 +604,18 @@ int aclrtStreamAbort(void *p) {
 		t->fn = NULL;
 	}
 	s->released = s->enq;
+	s->aborts++;
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
 	return 0;
+}
+
+STANDIN_EXPORT uint64_t standin_stream_aborts(void *p) {
+	stream *s = p;
+	pthread_mutex_lock(&s->mu);
+	uint64_t n = s->aborts;
+	pthread_mutex_unlock(&s->mu);
+	return n;
 }
 
 int aclrtDestroyStream(void *p) {

@@ -94,6 +94,12 @@ STANDIN_EXPORT int standin_enqueue(void *stream, int (*fn)(void *), void *arg, v
 STANDIN_EXPORT int standin_dev_range(const void *p, size_t n);
 // standin_stream_fail records an execution failure of the running task.
 STANDIN_EXPORT void standin_stream_fail(const char *rule, const char *msg);
+// standin_stream_aborts counts the stream's aclrtStreamAbort calls (a
+// long-running task polls it to stop when its stream is aborted).
+STANDIN_EXPORT uint64_t standin_stream_aborts(void *stream);
+// standin_set_error sets the calling thread's aclGetRecentErrMsg (a
+// failure that is not a contract violation: a timeout, a lost peer).
+STANDIN_EXPORT void standin_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif
 
