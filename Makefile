@@ -60,8 +60,9 @@ test-ascend:
 	ASCEND_HOME_PATH=$(STANDIN) STANDIN_SOC=Ascend950DT_9582 NPUSERVE_TEST_DEVICE=ascend $(GO) test -count=1 -timeout 30m \
 	  -run 'TestQuantizedAgreement|TestQuantizeLayout|TestLoadHandMadeMsmodelslim' ./engine/model/glm5next/
 	ASCEND_HOME_PATH=$(STANDIN) NPUSERVE_TEST_DEVICE=ascend $(GO) test -count=1 -timeout 30m -run 'TestServeSDK|TestServeGolden|TestServeBadInputs' ./cmd/npuserve/
-	# multi-rank serving over the stand-in libhccl: TP2, DP2+EP, DP2xTP2+EP, a headless rank, a killed rank
-	ASCEND_HOME_PATH=$(STANDIN) NPUSERVE_TEST_DEVICE=ascend $(GO) test -count=1 -timeout 30m -run 'TestServeAscend' ./cmd/npuserve/
+	# multi-rank serving over the stand-in libhccl: TP2, DP2+EP, DP2xTP2+EP, a headless rank, a killed rank; MTP speculation on one rank, TP2 and DP2+EP
+	ASCEND_HOME_PATH=$(STANDIN) STANDIN_DEVICES=4 NPUSERVE_TEST_MULTI_DEVICE=1 NPUSERVE_TEST_DEVICE=ascend $(GO) test -count=1 -timeout 30m \
+	  -run 'TestServeAscend|TestServeSpeculative' ./cmd/npuserve/
 	# engine/dp's head/headless, rank-failure and rank-process tests (DP2xTP2: 4 stand-in devices)
 	ASCEND_HOME_PATH=$(STANDIN) STANDIN_DEVICES=4 NPUSERVE_TEST_DEVICE=ascend $(GO) test -count=1 -timeout 30m ./engine/dp/
 	# hccl/ascend's conformance and failure suites on the stand-in libhccl: ranks in-process (8 devices) and as processes
