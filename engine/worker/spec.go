@@ -40,14 +40,15 @@ func (l *Leader) SpecForward(c model.Cache, b *model.Batch, backup []int) (*npu.
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.tp != nil {
-		l.enc = encodeBatch(l.enc[:0], b)
+	err = l.sendSpec(cmdSpecForward, len(backup), "a speculative batch", func(dst []int32) []int32 {
+		dst = encodeBatch(dst, b)
 		for _, i := range backup {
-			l.enc = append(l.enc, int32(i))
+			dst = append(dst, int32(i))
 		}
-		if err := l.sendPayload(cmdSpecForward, len(backup), l.enc, 0, "a speculative batch"); err != nil {
-			return nil, err
-		}
+		return dst
+	})
+	if err != nil {
+		return nil, err
 	}
 	logits, err := sm.SpecForward(c, b, backup)
 	if err != nil || l.tp == nil {
@@ -75,13 +76,20 @@ func (l *Leader) SpecCommit(c model.Cache, sc *model.SpecCommit) ([][]int32, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.tp != nil {
-		l.enc = encodeCommit(l.enc[:0], sc)
-		if err := l.sendPayload(cmdSpecCommit, 0, l.enc, 0, "a speculative commit"); err != nil {
-			return nil, err
-		}
+	if err := l.sendSpec(cmdSpecCommit, 0, "a speculative commit", func(dst []int32) []int32 { return encodeCommit(dst, sc) }); err != nil {
+		return nil, err
 	}
 	return sm.SpecCommit(c, sc)
+}
+
+// sendSpec broadcasts a speculative command to the followers with the
+// payload enc appends (l.mu held; nothing with TP 1).
+func (l *Leader) sendSpec(cmd, a int, what string, enc func([]int32) []int32) error {
+	if l.tp == nil {
+		return nil
+	}
+	l.enc = enc(l.enc[:0])
+	return l.sendPayload(cmd, a, l.enc, 0, what)
 }
 
 // SpecDummyStep implements model.SpecCollective.

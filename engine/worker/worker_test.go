@@ -68,6 +68,20 @@ type childSpec struct {
 	Victim bool
 }
 
+// deployments are the layouts the deployment tests run: TP2, EP2 (DP2 in
+// lockstep, each DP rank with its own requests, or one DP rank with none),
+// and DP2×TP2 with EP4.
+var deployments = []struct {
+	name string
+	topo worker.Topology
+	idle bool
+}{
+	{"TP2", worker.Topology{DP: 1, TP: 2}, false},
+	{"DP2 EP2", worker.Topology{DP: 2, TP: 1, EP: true}, false},
+	{"DP2 EP2 idle DP rank", worker.Topology{DP: 2, TP: 1, EP: true}, true},
+	{"DP2 TP2 EP4", worker.Topology{DP: 2, TP: 2, EP: true}, false},
+}
+
 // TestDeployments: greedy tokens through TP2, EP2 (DP2 in lockstep, each
 // DP rank with its own requests, or one DP rank with none), and DP2×TP2
 // with EP4, as separate processes, equal the golden (single-rank) tokens on
@@ -85,17 +99,7 @@ func TestDeployments(t *testing.T) {
 		}
 		dirs = append(dirs, dir)
 	}
-	cases := []struct {
-		name string
-		topo worker.Topology
-		idle bool
-	}{
-		{"TP2", worker.Topology{DP: 1, TP: 2}, false},
-		{"DP2 EP2", worker.Topology{DP: 2, TP: 1, EP: true}, false},
-		{"DP2 EP2 idle DP rank", worker.Topology{DP: 2, TP: 1, EP: true}, true},
-		{"DP2 TP2 EP4", worker.Topology{DP: 2, TP: 2, EP: true}, false},
-	}
-	for _, tc := range cases {
+	for _, tc := range deployments {
 		t.Run(tc.name, func(t *testing.T) {
 			deploy(t, childSpec{Topo: tc.topo, Idle: tc.idle, Fixtures: dirs})
 		})
@@ -114,17 +118,7 @@ func TestDeploymentsSpeculative(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "golden.json")); err != nil {
 		t.Skipf("fixture trained-mtp missing: %v", err)
 	}
-	cases := []struct {
-		name string
-		topo worker.Topology
-		idle bool
-	}{
-		{"TP2", worker.Topology{DP: 1, TP: 2}, false},
-		{"DP2 EP2", worker.Topology{DP: 2, TP: 1, EP: true}, false},
-		{"DP2 EP2 idle DP rank", worker.Topology{DP: 2, TP: 1, EP: true}, true},
-		{"DP2 TP2 EP4", worker.Topology{DP: 2, TP: 2, EP: true}, false},
-	}
-	for _, tc := range cases {
+	for _, tc := range deployments {
 		t.Run(tc.name, func(t *testing.T) {
 			deploy(t, childSpec{Topo: tc.topo, Idle: tc.idle, Fixtures: []string{dir}, Spec: 3})
 		})

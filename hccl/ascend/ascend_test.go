@@ -69,8 +69,9 @@ func buildFake() (string, func()) {
 	lib := filepath.Join(dir, "lib64")
 	os.MkdirAll(lib, 0o755)
 	for _, l := range []struct{ def, name string }{{"FAKE_ACL", "libascendcl.so"}, {"FAKE_HCCL", "libhccl.so"}} {
-		out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-D"+l.def, "-o", filepath.Join(lib, l.name),
-			filepath.Join("testdata", "fakecann", "fakecann.c"), "-lpthread", "-lm").CombinedOutput()
+		// -I: the reductions it shares with the stand-in CANN's libhccl.
+		out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-D"+l.def, "-I", filepath.Join("..", "..", "npu", "ascend", "testdata", "standin"),
+			"-o", filepath.Join(lib, l.name), filepath.Join("testdata", "fakecann", "fakecann.c"), "-lpthread", "-lm").CombinedOutput()
 		if err != nil {
 			os.RemoveAll(dir)
 			return fmt.Sprintf("building the fake CANN failed: %v: %s", err, out), nil

@@ -27,7 +27,7 @@ import (
 // s8, k_gemm_i8_tc); for few rows a warp-per-column __dp4a kernel reads
 // the weights once. Both sum exactly in int32.
 
-// Epilogue modes of k_gemm_i8 and k_gemv_i8 (Q_DYN, Q_STATIC).
+// Epilogue modes of k_gemm_i8_tc and k_gemv_i8 (Q_DYN, Q_STATIC).
 const (
 	qDyn    = 0
 	qStatic = 1
@@ -171,19 +171,9 @@ func (b *Backend) gemmQ(p *qdev, c uint64, a qacts, tok uint64, rt *moeRoute, M 
 			c, a.q, tok, p.w, pI32(mode), a.scale, ws, p.qbias, p.deq, tiles, ntiles, off, pI32(M), pI32(p.N), pI32(p.kp))
 		return
 	}
-	kernel := "k_gemm_i8"
-	if i8TensorCores {
-		kernel = "k_gemm_i8_tc"
-	}
-	b.launch(kernel, d2((p.N+moeBN-1)/moeBN, ys), d1(256), 0,
+	b.launch("k_gemm_i8_tc", d2((p.N+moeBN-1)/moeBN, ys), d1(256), 0,
 		c, a.q, tok, p.w, pI32(mode), a.scale, ws, p.qbias, p.deq, tiles, ntiles, off, pI32(M), pI32(p.N), pI32(p.kp))
 }
-
-// i8TensorCores selects the IMMA form of the tiled int8 GEMM
-// (k_gemm_i8_tc: mma.sync m16n8k32 s8, sm_80 and later, which the kernel
-// set needs anyway) over the __dp4a one; both sum exactly in int32, so
-// their results are equal bit for bit.
-const i8TensorCores = true
 
 // MatMulQ computes out[M,N] = x[M,K] · w^T for a quantized linear w [N,K]
 // with w.Scheme's arithmetic (see the top of the file and

@@ -184,103 +184,6 @@ __device__ __forceinline__ float qi8_out(int acc, int mode, float xs, const floa
 	return __fmul_rn((float)(acc + qb[n]), dq[n]);
 }
 
-// k_gemm_i8: C[r, n] = epilogue(sum_k A[a(r), k] * W_e[n, k]) with int8
-// A [*, kp] (a(r) = tok[r] when tok != 0), W [E, N, kp], exact int32
-// sums by __dp4a. Tiles as k_moe_gemm_f (moe_tile in moe.cu is not
-// visible here: the same addressing, written out). ws is W's per-channel
-// scale [E, N] (dynamic; xs [*] the per-row activation scales) or qb, dq
-// [N] (static).
-extern "C" __global__ __launch_bounds__(256) void k_gemm_i8(float *C, const signed char *A, const int *tok, const signed char *W,
-							    int mode, const float *xs, const float *ws, const int *qb,
-							    const float *dq, const int *tiles, const int *ntiles, const int *off,
-							    int M, int N, int kp) {
-	__shared__ int As[QI8_BKW][QI8_BM + 1];
-	__shared__ int Bs[QI8_BKW][QI8_BN + 1];
-	int e, r0, r1;
-	if (tiles == 0) {
-		e = 0;
-		r0 = blockIdx.y * QI8_BM;
-		r1 = min(M, r0 + QI8_BM);
-		if (r0 >= M) {
-			return;
-		}
-	} else {
-		if ((int)blockIdx.y >= ntiles[0]) {
-			return;
-		}
-		e = tiles[2 * blockIdx.y];
-		r0 = tiles[2 * blockIdx.y + 1];
-		r1 = min(off[e + 1], r0 + QI8_BM);
-	}
-	const int n0 = blockIdx.x * QI8_BN;
-	const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-	// Loader: 16 bytes (4 words) of row l/4 of each tile, words (l%4)*4...
-	const int lr = threadIdx.x >> 2, lq = threadIdx.x & 3;
-	const bool aok = r0 + lr < r1, bok = n0 + lr < N;
-	const uint4 *ap = (const uint4 *)(A + (aok ? (i64)(tok ? tok[r0 + lr] : r0 + lr) * kp : 0)) + lq;
-	const uint4 *bp = (const uint4 *)(W + (bok ? ((i64)e * N + n0 + lr) * kp : 0)) + lq;
-	int acc[4][4];
-#pragma unroll
-	for (int i = 0; i < 4; i++) {
-#pragma unroll
-		for (int j = 0; j < 4; j++) {
-			acc[i][j] = 0;
-		}
-	}
-	for (int k0 = 0; k0 < kp; k0 += 4 * QI8_BKW) {
-		uint4 a = make_uint4(0, 0, 0, 0), b = make_uint4(0, 0, 0, 0);
-		if (k0 + 16 * lq < kp) {
-			if (aok) {
-				a = ap[k0 / 16];
-			}
-			if (bok) {
-				b = bp[k0 / 16];
-			}
-		}
-		As[4 * lq][lr] = (int)a.x;
-		As[4 * lq + 1][lr] = (int)a.y;
-		As[4 * lq + 2][lr] = (int)a.z;
-		As[4 * lq + 3][lr] = (int)a.w;
-		Bs[4 * lq][lr] = (int)b.x;
-		Bs[4 * lq + 1][lr] = (int)b.y;
-		Bs[4 * lq + 2][lr] = (int)b.z;
-		Bs[4 * lq + 3][lr] = (int)b.w;
-		__syncthreads();
-#pragma unroll
-		for (int kw = 0; kw < QI8_BKW; kw++) {
-			int av[4], bv[4];
-#pragma unroll
-			for (int i = 0; i < 4; i++) {
-				av[i] = As[kw][ty + 16 * i];
-				bv[i] = Bs[kw][tx + 16 * i];
-			}
-#pragma unroll
-			for (int i = 0; i < 4; i++) {
-#pragma unroll
-				for (int j = 0; j < 4; j++) {
-					acc[i][j] = __dp4a(av[i], bv[j], acc[i][j]);
-				}
-			}
-		}
-		__syncthreads();
-	}
-	const float *wse = ws ? ws + (i64)e * N : ws;
-#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		const int r = r0 + ty + 16 * i;
-		if (r < r1) {
-			const float x = mode == Q_DYN ? xs[tok ? tok[r] : r] : 0.0f;
-#pragma unroll
-			for (int j = 0; j < 4; j++) {
-				const int n = n0 + tx + 16 * j;
-				if (n < N) {
-					C[(i64)r * N + n] = qi8_out(acc[i][j], mode, x, wse, qb, dq, n);
-				}
-			}
-		}
-	}
-}
-
 // mma_s8 is one m16n8k32 tensor-core MMA (IMMA): int8 inputs, exact
 // int32 accumulation.
 __device__ __forceinline__ void mma_s8(int *c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
@@ -290,15 +193,19 @@ __device__ __forceinline__ void mma_s8(int *c, u32 a0, u32 a1, u32 a2, u32 a3, u
 		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// k_gemm_i8_tc is k_gemm_i8 on the tensor cores (IMMA, mma.sync m16n8k32
-// s8): the same tiles, loader, addressing and epilogue, and the same
-// exact int32 sums (integer addition in any order), so the results equal
-// k_gemm_i8's bit for bit. 256 threads = 8 warps, each a 16x32 piece of
-// the 64x64 block tile (4 MMAs of n8 per 32 K values); the shared tiles
-// hold 4-byte words of 4 consecutive K values, As[kw][row], Bs[kw][col],
-// which is the MMA fragments' packing (PTX ISA, mma.m16n8k32 .s8: A
-// registers rows g / g+8, K words t and t+4; B columns g, K words t and
-// t+4; C rows g / g+8, columns 2t, 2t+1; g = lane/4, t = lane%4).
+// k_gemm_i8_tc: C[r, n] = epilogue(sum_k A[a(r), k] * W_e[n, k]) with
+// int8 A [*, kp] (a(r) = tok[r] when tok != 0), W [E, N, kp], on the
+// tensor cores (IMMA, mma.sync m16n8k32 s8): exact int32 sums (integer
+// addition in any order), so the results equal the CPU's bit for bit.
+// Tiles as k_moe_gemm_f (moe_tile in moe.cu is not visible here: the
+// same addressing, written out). ws is W's per-channel scale [E, N]
+// (dynamic; xs [*] the per-row activation scales) or qb, dq [N] (static).
+// 256 threads = 8 warps, each a 16x32 piece of the 64x64 block tile (4
+// MMAs of n8 per 32 K values); the shared tiles hold 4-byte words of 4
+// consecutive K values, As[kw][row], Bs[kw][col], which is the MMA
+// fragments' packing (PTX ISA, mma.m16n8k32 .s8: A registers rows g /
+// g+8, K words t and t+4; B columns g, K words t and t+4; C rows g / g+8,
+// columns 2t, 2t+1; g = lane/4, t = lane%4).
 extern "C" __global__ __launch_bounds__(256) void k_gemm_i8_tc(float *C, const signed char *A, const int *tok, const signed char *W,
 							       int mode, const float *xs, const float *ws, const int *qb,
 							       const float *dq, const int *tiles, const int *ntiles, const int *off,
@@ -388,8 +295,8 @@ extern "C" __global__ __launch_bounds__(256) void k_gemm_i8_tc(float *C, const s
 	}
 }
 
-// k_gemv_i8: the small-row form of k_gemm_i8 for decode: one warp per
-// output column n, the rows of a tile (k_gemm_i8's addressing: grouped,
+// k_gemv_i8: the small-row form of k_gemm_i8_tc for decode: one warp per
+// output column n, the rows of a tile (k_gemm_i8_tc's addressing: grouped,
 // blockIdx.y is a tile of the routing, so no block waits on an expert
 // without rows) in passes of up to QI8_SMALL_MT, 16 weights per lane
 // load and QI8_SMALL_U loads in flight per lane before their first use.

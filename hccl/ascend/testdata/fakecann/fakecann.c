@@ -445,91 +445,16 @@ const char *HcclGetErrorString(int code) {
 	return "error";
 }
 
-static size_t esize(int dt) {
-	switch (dt) {
-	case 0: case 7: case 15: return 1; // INT8, UINT8, FP8E4M3
-	case 3: case 11: return 2;         // FP16, BFP16
-	case 2: case 4: return 4;          // INT32, FP32
-	case 5: return 8;                  // INT64
-	}
-	return 0;
-}
+#include "hccl_reduce.h" // npu/ascend/testdata/standin: esize, store, reduce, ...
 
-static float bf16_to_f(uint16_t h) {
-	uint32_t u = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-static uint16_t f_to_bf16(float f) {
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	if ((u & 0x7fffffff) > 0x7f800000) {
-		return (uint16_t)(u >> 16) | 0x40;
+// reduce_all writes out[i] = ins[0][off+i] op ins[1][off+i] ... in rank
+// order, over every rank's snapshot of its send buffer.
+static void reduce_all(int dt, int op, void *out, desc **all, int n, size_t off, size_t count) {
+	char *in[n];
+	for (int k = 0; k < n; k++) {
+		in[k] = (char *)all[k]->snapshot;
 	}
-	u += 0x7fff + ((u >> 16) & 1);
-	return (uint16_t)(u >> 16);
-}
-
-static double load(int dt, const void *p, size_t i, int64_t *iv) {
-	switch (dt) {
-	case 0: *iv = ((const int8_t *)p)[i]; return 0;
-	case 2: *iv = ((const int32_t *)p)[i]; return 0;
-	case 5: *iv = ((const int64_t *)p)[i]; return 0;
-	case 4: return ((const float *)p)[i];
-	case 3: return (float)((const _Float16 *)p)[i];
-	case 11: return bf16_to_f(((const uint16_t *)p)[i]);
-	}
-	return 0;
-}
-
-static void store(int dt, void *p, size_t i, float f, int64_t iv) {
-	switch (dt) {
-	case 0: ((int8_t *)p)[i] = (int8_t)iv; break;
-	case 2: ((int32_t *)p)[i] = (int32_t)iv; break;
-	case 5: ((int64_t *)p)[i] = iv; break;
-	case 4: ((float *)p)[i] = f; break;
-	case 3: ((_Float16 *)p)[i] = (_Float16)f; break;
-	case 11: ((uint16_t *)p)[i] = f_to_bf16(f); break;
-	}
-}
-
-static float fop(int op, float a, float b) {
-	if (op == 2 || op == 3) {
-		if (isnan(a) || isnan(b)) {
-			return NAN;
-		}
-		return op == 2 ? (a > b ? a : b) : (a < b ? a : b);
-	}
-	return op == 0 ? a + b : a * b;
-}
-
-static int64_t iop(int op, int dt, int64_t a, int64_t b) {
-	uint64_t r = op == 0 ? (uint64_t)a + (uint64_t)b : op == 1 ? (uint64_t)a * (uint64_t)b : (uint64_t)(op == 2 ? (a > b ? a : b) : (a < b ? a : b));
-	switch (dt) {
-	case 0: return (int8_t)r;
-	case 2: return (int32_t)r;
-	}
-	return (int64_t)r;
-}
-
-// reduce writes out[i] = ins[0][off+i] op ins[1][off+i] ... in rank order.
-static void reduce(int dt, int op, void *out, desc **all, int n, size_t off, size_t count) {
-	int isint = dt == 0 || dt == 2 || dt == 5;
-	for (size_t i = 0; i < count; i++) {
-		int64_t acc_i = 0, x_i = 0;
-		float acc = (float)load(dt, all[0]->snapshot, off + i, &acc_i);
-		for (int k = 1; k < n; k++) {
-			float x = (float)load(dt, all[k]->snapshot, off + i, &x_i);
-			if (isint) {
-				acc_i = iop(op, dt, acc_i, x_i);
-			} else {
-				acc = fop(op, acc, x);
-			}
-		}
-		store(dt, out, i, acc, acc_i);
-	}
+	reduce(dt, op, out, in, n, off, count);
 }
 
 // snapshot_bytes is how much of the send buffer a collective reads.
@@ -672,10 +597,10 @@ static void run_task(void *p) {
 	if (rc == 0) {
 		switch (d->kind) {
 		case K_ALLREDUCE:
-			reduce(d->dtype, d->op, d->recv, all, n, 0, d->count);
+			reduce_all(d->dtype, d->op, d->recv, all, n, 0, d->count);
 			break;
 		case K_REDUCESCATTER:
-			reduce(d->dtype, d->op, d->recv, all, n, (size_t)me * d->count, d->count);
+			reduce_all(d->dtype, d->op, d->recv, all, n, (size_t)me * d->count, d->count);
 			break;
 		case K_BROADCAST:
 			memcpy(d->recv, all[d->root]->snapshot, d->count * es);

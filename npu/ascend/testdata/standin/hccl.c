@@ -37,6 +37,7 @@
 // communicator its first failure ("rank R/N failed (HcclResult c, …): why").
 #define _GNU_SOURCE
 #include "standin.h"
+#include "hccl_reduce.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -99,16 +100,6 @@ static double env_seconds(const char *name, double def) {
 	return end == v || s < 0 ? def : s;
 }
 
-static size_t esize(int dt) {
-	switch (dt) {
-	case 0: case 7: case 15: return 1; // INT8, UINT8, FP8E4M3
-	case 3: case 11: return 2;         // FP16, BFP16
-	case 2: case 4: return 4;          // INT32, FP32
-	case 5: return 8;                  // INT64
-	}
-	return 0;
-}
-
 // reducible: the (dtype, op) pairs HCCL reduces (A2/A3: no Prod on BF16).
 static int reducible(int dt, int op) {
 	if (op < 0 || op > 3) {
@@ -119,93 +110,6 @@ static int reducible(int dt, int op) {
 	case 11: return op != 1;
 	}
 	return 0;
-}
-
-static float bf16_to_f(uint16_t h) {
-	uint32_t u = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-static uint16_t f_to_bf16(float f) {
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	if ((u & 0x7fffffff) > 0x7f800000) {
-		return (uint16_t)(u >> 16) | 0x40;
-	}
-	u += 0x7fff + ((u >> 16) & 1);
-	return (uint16_t)(u >> 16);
-}
-
-static int is_int(int dt) { return dt == 0 || dt == 2 || dt == 5; }
-
-static int64_t load_i(int dt, const void *p, size_t i) {
-	switch (dt) {
-	case 0: return ((const int8_t *)p)[i];
-	case 2: return ((const int32_t *)p)[i];
-	default: return ((const int64_t *)p)[i];
-	}
-}
-
-static float load_f(int dt, const void *p, size_t i) {
-	switch (dt) {
-	case 4: return ((const float *)p)[i];
-	case 3: return (float)((const _Float16 *)p)[i];
-	default: return bf16_to_f(((const uint16_t *)p)[i]);
-	}
-}
-
-static void store(int dt, void *p, size_t i, float f, int64_t v) {
-	switch (dt) {
-	case 0: ((int8_t *)p)[i] = (int8_t)v; break;
-	case 2: ((int32_t *)p)[i] = (int32_t)v; break;
-	case 5: ((int64_t *)p)[i] = v; break;
-	case 4: ((float *)p)[i] = f; break;
-	case 3: ((_Float16 *)p)[i] = (_Float16)f; break;
-	case 11: ((uint16_t *)p)[i] = f_to_bf16(f); break;
-	}
-}
-
-static float fop(int op, float a, float b) {
-	if (op == 2 || op == 3) {
-		if (isnan(a) || isnan(b)) {
-			return NAN;
-		}
-		return op == 2 ? (a > b ? a : b) : (a < b ? a : b);
-	}
-	return op == 0 ? a + b : a * b;
-}
-
-static int64_t iop(int op, int dt, int64_t a, int64_t b) {
-	uint64_t r = op == 0 ? (uint64_t)a + (uint64_t)b
-		     : op == 1 ? (uint64_t)a * (uint64_t)b
-			       : (uint64_t)(op == 2 ? (a > b ? a : b) : (a < b ? a : b));
-	switch (dt) {
-	case 0: return (int8_t)r;
-	case 2: return (int32_t)r;
-	}
-	return (int64_t)r;
-}
-
-// reduce: out[i] = in[0][off+i] op in[1][off+i] op ... in rank order, in
-// F32 for the floating types (one rounding at the end for 16-bit ones).
-static void reduce(int dt, int op, void *out, char **in, int n, size_t off, size_t count) {
-	for (size_t i = 0; i < count; i++) {
-		if (is_int(dt)) {
-			int64_t acc = load_i(dt, in[0], off + i);
-			for (int k = 1; k < n; k++) {
-				acc = iop(op, dt, acc, load_i(dt, in[k], off + i));
-			}
-			store(dt, out, i, 0, acc);
-		} else {
-			float acc = load_f(dt, in[0], off + i);
-			for (int k = 1; k < n; k++) {
-				acc = fop(op, acc, load_f(dt, in[k], off + i));
-			}
-			store(dt, out, i, acc, 0);
-		}
-	}
 }
 
 // ---- wire ----
