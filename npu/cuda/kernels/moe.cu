@@ -88,26 +88,6 @@ extern "C" __global__ void k_moe_route(int *rows, int *tok, int *off, int *tiles
 	}
 }
 
-// Grouped-GEMM addressing shared by the kernels here and in quant.cu: a
-// block's expert e and its rows [r0, r1). Grouped (tiles != 0): tile
-// blockIdx.y of the table, rows up to the expert's end; dense (tiles ==
-// 0): expert 0, rows of M.
-__device__ __forceinline__ bool moe_tile(const int *tiles, const int *ntiles, const int *off, int M, int bm, int &e,
-					 int &r0, int &r1) {
-	if (tiles == 0) {
-		e = 0;
-		r0 = blockIdx.y * bm;
-		r1 = min(M, r0 + bm);
-		return r0 < M;
-	}
-	if ((int)blockIdx.y >= ntiles[0]) {
-		return false;
-	}
-	e = tiles[2 * blockIdx.y];
-	r0 = tiles[2 * blockIdx.y + 1];
-	r1 = min(off[e + 1], r0 + bm);
-	return true;
-}
 
 // k_moe_gemm_f: C[r, n] = sum_k A[a(r), k] * W_e[n, k] for the rows of a
 // tile (see moe_tile), fp32 accumulation in ascending k. A [*, K] fp32

@@ -197,8 +197,7 @@ __device__ __forceinline__ void mma_s8(int *c, u32 a0, u32 a1, u32 a2, u32 a3, u
 // int8 A [*, kp] (a(r) = tok[r] when tok != 0), W [E, N, kp], on the
 // tensor cores (IMMA, mma.sync m16n8k32 s8): exact int32 sums (integer
 // addition in any order), so the results equal the CPU's bit for bit.
-// Tiles as k_moe_gemm_f (moe_tile in moe.cu is not visible here: the
-// same addressing, written out). ws is W's per-channel scale [E, N]
+// Tiles as k_moe_gemm_f (moe_tile). ws is W's per-channel scale [E, N]
 // (dynamic; xs [*] the per-row activation scales) or qb, dq [N] (static).
 // 256 threads = 8 warps, each a 16x32 piece of the 64x64 block tile (4
 // MMAs of n8 per 32 K values); the shared tiles hold 4-byte words of 4
@@ -213,20 +212,8 @@ extern "C" __global__ __launch_bounds__(256) void k_gemm_i8_tc(float *C, const s
 	__shared__ u32 As[QI8_BKW][QI8_BM + 1];
 	__shared__ u32 Bs[QI8_BKW][QI8_BN + 1];
 	int e, r0, r1;
-	if (tiles == 0) {
-		e = 0;
-		r0 = blockIdx.y * QI8_BM;
-		r1 = min(M, r0 + QI8_BM);
-		if (r0 >= M) {
-			return;
-		}
-	} else {
-		if ((int)blockIdx.y >= ntiles[0]) {
-			return;
-		}
-		e = tiles[2 * blockIdx.y];
-		r0 = tiles[2 * blockIdx.y + 1];
-		r1 = min(off[e + 1], r0 + QI8_BM);
+	if (!moe_tile(tiles, ntiles, off, M, QI8_BM, e, r0, r1)) {
+		return;
 	}
 	const int n0 = blockIdx.x * QI8_BN;
 	const int lr = threadIdx.x >> 2, lq = threadIdx.x & 3;
@@ -309,20 +296,8 @@ extern "C" __global__ void k_gemv_i8(float *C, const signed char *A, const int *
 		return;
 	}
 	int e, r0, r1;
-	if (tiles == 0) {
-		e = 0;
-		r0 = blockIdx.y * QI8_BM;
-		r1 = min(M, r0 + QI8_BM);
-		if (r0 >= M) {
-			return;
-		}
-	} else {
-		if ((int)blockIdx.y >= ntiles[0]) {
-			return;
-		}
-		e = tiles[2 * blockIdx.y];
-		r0 = tiles[2 * blockIdx.y + 1];
-		r1 = min(off[e + 1], r0 + QI8_BM);
+	if (!moe_tile(tiles, ntiles, off, M, QI8_BM, e, r0, r1)) {
+		return;
 	}
 	const uint4 *wr = (const uint4 *)(W + ((i64)e * N + n) * kp);
 	const int nc = kp / 16;
