@@ -3,6 +3,18 @@
 
 #define HC_MAX_STREAMS 16
 
+// hc_sync separates the phases of k_hc_pre's n x n part, which only
+// threads tid < nn touch: within warp 0 a warp barrier when they all fit
+// in it (n <= 5: GLM's n = 4 has 16), else the block's. nn is uniform
+// over the block, so every thread takes the same branch.
+__device__ __forceinline__ void hc_sync(int nn) {
+	if (nn <= 32) {
+		__syncwarp();
+	} else {
+		__syncthreads();
+	}
+}
+
 // k_hc_pre: for token t with the projection m [T, mix] (mix = (2+n)n) of
 // the raw streams x [T, n, D]: scale m by the streams' inverse RMS, form
 // pre, post [T, n] and comb [T, n, n] (Sinkhorn, in the CPU backend's
@@ -47,7 +59,7 @@ extern "C" __global__ void k_hc_pre(float *collapsed, float *post, float *comb, 
 		}
 		zb[0][tid] = expf(row[cj] - mx);
 	}
-	__syncthreads();
+	hc_sync(nn);
 	if (tid < nn) {
 		float sm = 0;
 		for (int c = 0; c < n; c++) {
@@ -55,7 +67,7 @@ extern "C" __global__ void k_hc_pre(float *collapsed, float *post, float *comb, 
 		}
 		z[tid] = zb[0][tid] / sm + eps;
 	}
-	__syncthreads();
+	hc_sync(nn);
 	float *cur = z, *nxt = zb[1];
 	const int cols = iters < 1 ? 1 : iters; // the CPU backend normalises the columns once regardless
 	for (int it = 0; it < cols; it++) {
@@ -68,7 +80,7 @@ extern "C" __global__ void k_hc_pre(float *collapsed, float *post, float *comb, 
 				sm += eps;
 				nxt[tid] = cur[tid] / sm;
 			}
-			__syncthreads();
+			hc_sync(nn);
 			float *tmp = cur;
 			cur = nxt;
 			nxt = tmp;
@@ -81,7 +93,7 @@ extern "C" __global__ void k_hc_pre(float *collapsed, float *post, float *comb, 
 			sm += eps;
 			nxt[tid] = cur[tid] / sm;
 		}
-		__syncthreads();
+		hc_sync(nn);
 		float *tmp = cur;
 		cur = nxt;
 		nxt = tmp;
