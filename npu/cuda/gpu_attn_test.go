@@ -221,6 +221,8 @@ func TestGPUSparseMLA(t *testing.T) {
 		{17, 16, 8, 300, []int{1, 1, 1}, []int{70, 5, 129}, 80},
 		{2, 32, 32, 64, []int{30}, []int{100}, 45},
 		{8, 16, 16, 64, []int{1, 1}, []int{600, 450}, 500}, // decode: the latents split across blocks
+		{5, 19, 8, 40, []int{1, 1}, []int{30, 7}, 20},      // decode, BF16 kvB: k_mla_qlat_bf16, one dk row per slice
+		{64, 256, 256, 512, []int{1}, []int{1000}, 300},    // decode at the slice's head shapes
 	} {
 		for _, ldt := range []npu.DType{npu.F32, npu.BF16} {
 			for _, wdt := range floatTypes {

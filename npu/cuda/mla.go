@@ -103,8 +103,13 @@ func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Seq
 		if tiles*H < mlaSplitBlocks {
 			qz, oz = (R+127)/128, (dv+31)/32
 		}
-		b.launchShared("k_mla_qlat", dim3{uint32(tiles), uint32(H), uint32(qz)}, d1(128), 4*mlaQT*dk,
-			z.ptr, b.ptr(q), b.ptr(kvB), wdt, pI32(t0), pI32(n), pI32(H), pI32(dk), pI32(dv), pI32(R))
+		if ks := qlatSlices(kvB.DType(), b.ptr(kvB), dk, R); qz > 1 && ks > 0 {
+			b.launchShared("k_mla_qlat_bf16", d2(tiles, H), d1(R/8*ks), 4*(mlaQT*dk+ks*R),
+				z.ptr, b.ptr(q), b.ptr(kvB), pI32(t0), pI32(n), pI32(H), pI32(dk), pI32(dv), pI32(R), pI32(ks))
+		} else {
+			b.launchShared("k_mla_qlat", dim3{uint32(tiles), uint32(H), uint32(qz)}, d1(128), 4*mlaQT*dk,
+				z.ptr, b.ptr(q), b.ptr(kvB), wdt, pI32(t0), pI32(n), pI32(H), pI32(dk), pI32(dv), pI32(R))
+		}
 		groups := (H + hg - 1) / hg
 		ptiles := (width + mlaPS - 1) / mlaPS // latent tiles of the widest row
 		splits, tps := 1, max(ptiles, 1)
@@ -127,10 +132,29 @@ func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Seq
 			b.launch("k_mla_combine", d2(n, H), d1(256), 0, z.ptr, pm, pl, pacc, pI32(splits), pI32(n), pI32(H), pI32(R))
 			b.freeBuf(part)
 		}
+		vec := kvB.DType() == npu.BF16 && R%8 == 0 && b.ptr(kvB)%16 == 0
 		b.launchShared("k_mla_out", dim3{uint32(tiles), uint32(H), uint32(oz)}, d1(256), 4*mlaQT*R,
-			b.ptr(out), z.ptr, b.ptr(kvB), wdt, pI32(t0), pI32(n), pI32(H), pI32(dk), pI32(dv), pI32(R))
+			b.ptr(out), z.ptr, b.ptr(kvB), wdt, pI32(t0), pI32(n), pI32(H), pI32(dk), pI32(dv), pI32(R), pBool(vec))
 	}
 	b.freeBuf(z)
 	b.freeBuf(counts)
 	b.freeBuf(rows)
+}
+
+// qlatSlices is k_mla_qlat_bf16's number of dk slices for a decode wave
+// (R/8 threads per slice, up to 512 threads, its shared memory within
+// 48 KiB), or 0 when it does not apply: kvB not BF16, R not a multiple of
+// 8, kvB (at address w) not 16-byte aligned, or R too wide.
+func qlatSlices(dt npu.DType, w uint64, dk, R int) int {
+	if dt != npu.BF16 || R%8 != 0 || w%16 != 0 || R/8 > 512 || dk < 1 {
+		return 0
+	}
+	ks := min(dk, max(1, 512/(R/8)))
+	for ks > 1 && 4*(mlaQT*dk+ks*R) > 48<<10 {
+		ks--
+	}
+	if 4*(mlaQT*dk+ks*R) > 48<<10 {
+		return 0
+	}
+	return ks
 }

@@ -172,3 +172,25 @@ func TestUseGemvTC(t *testing.T) {
 		}
 	}
 }
+
+// TestQlatSlices: k_mla_qlat_bf16 applies to BF16, 16-byte aligned kvB
+// with R % 8 == 0, within 512 threads and 48 KiB of shared memory.
+func TestQlatSlices(t *testing.T) {
+	for _, c := range []struct {
+		dt          npu.DType
+		w           uint64
+		dk, R, want int
+	}{
+		{npu.BF16, 0, 256, 512, 8},  // the slice: 64 column groups x 8 slices
+		{npu.BF16, 0, 19, 40, 19},   // fewer dk rows than would fit: one per slice
+		{npu.BF16, 8, 256, 512, 0},  // misaligned
+		{npu.BF16, 0, 256, 36, 0},   // R % 8 != 0
+		{npu.F32, 0, 256, 512, 0},   // not BF16
+		{npu.BF16, 0, 64, 8192, 0},  // R/8 > 512 threads
+		{npu.BF16, 0, 1280, 512, 4}, // shared memory: 8*1280 + 4*512 floats = 48 KiB
+	} {
+		if got := qlatSlices(c.dt, c.w, c.dk, c.R); got != c.want {
+			t.Errorf("qlatSlices(%v, %d, dk %d, R %d) = %d, want %d", c.dt, c.w, c.dk, c.R, got, c.want)
+		}
+	}
+}

@@ -142,6 +142,72 @@ extern "C" __global__ void k_mla_qlat(float *qlat, const float *q, const void *k
 	}
 }
 
+// k_mla_qlat_bf16 is k_mla_qlat for decode waves with BF16 kvB (R % 8 ==
+// 0, kvB 16-byte aligned: host-checked): grid (ceil(n/8), H), R/8 * ks
+// threads (ks <= dk: the head's dk rows split into ks slices), dynamic
+// shared memory (8*dk + ks*R) floats. Each thread reads 8 consecutive
+// latent columns (16 bytes) of its slice's rows, so a head's W_UK streams
+// with many loads in flight instead of one 2-byte load per thread and
+// row; the slices' partial sums are added in slice order (a fixed order:
+// deterministic), fp32 throughout.
+extern "C" __global__ __launch_bounds__(512) void k_mla_qlat_bf16(float *qlat, const float *q, const u16 *kvB, int t0, int n,
+								   int H, int dk, int dv, int R, int ks) {
+	extern __shared__ float sh[];
+	float *qsh = sh, *red = sh + MLA_QT * dk;
+	const int r0 = blockIdx.x * MLA_QT, h = blockIdx.y, nr = min(MLA_QT, n - r0);
+	for (int e = threadIdx.x; e < MLA_QT * dk; e += blockDim.x) {
+		const int j = e / dk, i = e - j * dk;
+		qsh[e] = j < nr ? q[((i64)(t0 + r0 + j) * H + h) * dk + i] : 0.0f;
+	}
+	__syncthreads();
+	const int cg = R / 8, g = threadIdx.x % cg, sl = threadIdx.x / cg;
+	const int per = (dk + ks - 1) / ks, i0 = min(dk, sl * per), i1 = min(dk, i0 + per);
+	float acc[MLA_QT][8];
+#pragma unroll
+	for (int j = 0; j < MLA_QT; j++) {
+#pragma unroll
+		for (int c = 0; c < 8; c++) {
+			acc[j][c] = 0.0f;
+		}
+	}
+	const u16 *wb = kvB + (i64)h * (dk + dv) * R + 8 * g;
+	if (sl < ks) {
+#pragma unroll 4
+		for (int i = i0; i < i1; i++) {
+			const uint4 w = *(const uint4 *)(wb + (i64)i * R);
+			const float wf[8] = {__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
+					     __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xffff0000u),
+					     __uint_as_float(w.z << 16), __uint_as_float(w.z & 0xffff0000u),
+					     __uint_as_float(w.w << 16), __uint_as_float(w.w & 0xffff0000u)};
+#pragma unroll
+			for (int j = 0; j < MLA_QT; j++) {
+				const float qv = qsh[j * dk + i];
+#pragma unroll
+				for (int c = 0; c < 8; c++) {
+					acc[j][c] += qv * wf[c];
+				}
+			}
+		}
+	}
+	for (int j = 0; j < nr; j++) {
+		if (sl < ks) {
+#pragma unroll
+			for (int c = 0; c < 8; c++) {
+				red[sl * R + 8 * g + c] = acc[j][c];
+			}
+		}
+		__syncthreads();
+		for (int r = threadIdx.x; r < R; r += blockDim.x) {
+			float v = red[r];
+			for (int k = 1; k < ks; k++) {
+				v += red[k * R + r];
+			}
+			qlat[((i64)(r0 + j) * H + h) * R + r] = v;
+		}
+		__syncthreads();
+	}
+}
+
 #define MLA_PS 32 // latents per tile (one per lane in the scoring step)
 #define MLA_HG 16 // heads per block, at most
 #define MLA_RC 4  // latent columns per thread, at most (R <= 256*MLA_RC)
@@ -314,9 +380,10 @@ extern "C" __global__ void k_mla_combine(float *z, const float *pm, const float 
 
 // k_mla_out: grid (ceil(n/8), H, column splits), 256 threads, dynamic shared memory 8*R
 // floats. out[t, h*dv+j] = Σ_r kvB[h*(dk+dv)+dk+j][r] z[t,h,r] for rows
-// t0..t0+n; one warp per output column j.
+// t0..t0+n; one warp per output column j. vec: BF16 kvB read 8 weights
+// per lane load (R % 8 == 0, 16-byte aligned).
 extern "C" __global__ void k_mla_out(float *out, const float *z, const void *kvB, int wdt, int t0, int n, int H,
-				     int dk, int dv, int R) {
+				     int dk, int dv, int R, int vec) {
 	extern __shared__ float zsh[];
 	const int r0 = blockIdx.x * MLA_QT, h = blockIdx.y, nr = min(MLA_QT, n - r0);
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -332,11 +399,30 @@ extern "C" __global__ void k_mla_out(float *out, const float *z, const void *kvB
 		for (int j = 0; j < MLA_QT; j++) {
 			acc[j] = 0;
 		}
-		for (int r = lane; r < R; r += 32) {
-			const float wv = ldf(kvB, wb + r, wdt);
+		if (vec) {
+			// BF16 rows, R % 8 == 0, 16-byte aligned (host-checked): 8
+			// weights per lane load.
+			for (int r = lane * 8; r < R; r += 256) {
+				const uint4 w = *(const uint4 *)((const u16 *)kvB + wb + r);
+				const float wf[8] = {__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
+						     __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xffff0000u),
+						     __uint_as_float(w.z << 16), __uint_as_float(w.z & 0xffff0000u),
+						     __uint_as_float(w.w << 16), __uint_as_float(w.w & 0xffff0000u)};
 #pragma unroll
-			for (int j = 0; j < MLA_QT; j++) {
-				acc[j] += wv * zsh[j * R + r];
+				for (int j = 0; j < MLA_QT; j++) {
+#pragma unroll
+					for (int c = 0; c < 8; c++) {
+						acc[j] += wf[c] * zsh[j * R + r + c];
+					}
+				}
+			}
+		} else {
+			for (int r = lane; r < R; r += 32) {
+				const float wv = ldf(kvB, wb + r, wdt);
+#pragma unroll
+				for (int j = 0; j < MLA_QT; j++) {
+					acc[j] += wv * zsh[j * R + r];
+				}
 			}
 		}
 #pragma unroll
