@@ -258,7 +258,15 @@ func TestGPUSparseMLA(t *testing.T) {
 				scale := float32(1 / math.Sqrt(float64(c.dk)))
 				h.g.SparseMLA(out.g, q.g, lat.g, kvB.g, sp.g, gs, c.H, c.dk, c.dv, scale)
 				cpuBE.SparseMLA(out.c, q.c, lat.c, kvB.c, sp.c, cs, c.H, c.dk, c.dv, scale)
-				h.close("SparseMLA "+name, out, 2e-5)
+				tol := 2e-5
+				if c.dk*c.R > 1<<16 {
+					// The slice's shapes: sums of dk = 256 and R = 512
+					// products over 300 latents; the CUDA kernels' fp32
+					// summation order differs from the CPU's (2.24e-5 seen
+					// with F16 kvB on the H200).
+					tol = 1e-4
+				}
+				h.close("SparseMLA "+name, out, tol)
 				if T > 1 {
 					g, _ := h.floats(out)
 					for i, v := range g[c.H*c.dv : 2*c.H*c.dv] {
