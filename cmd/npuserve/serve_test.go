@@ -774,12 +774,20 @@ func TestServeQuantized(t *testing.T) {
 // its greedy tokens are generate's; TP2 quantizes activations per rank
 // (as on Ascend), so it must serve, with tokens, but may differ in them.
 func TestServeQuantizedParallel(t *testing.T) {
-	trained := filepath.Join(fixtures, "trained")
+	serveQuantizedParallel(t, "trained", nil, nil)
+}
+
+// serveQuantizedParallel quantizes a fixture to W8A8_DYNAMIC (with
+// quantize's extra flags), takes generate's single-rank tokens for two
+// prompts, and serves the checkpoint (with serve's extra flags) on DP2 with
+// expert parallelism, which must give those tokens exactly, and on TP2
+// (activations quantized per rank), which must serve every token.
+func serveQuantizedParallel(t *testing.T, fixture string, quantizeFlags, serveFlags []string) {
 	dir := filepath.Join(t.TempDir(), "w8a8_dynamic")
-	if _, stderr, code := run(t, "quantize", "--model", trained, "--out", dir, "--scheme", "w8a8_dynamic"); code != 0 {
+	if _, stderr, code := run(t, append([]string{"quantize", "--model", filepath.Join(fixtures, fixture), "--out", dir, "--scheme", "w8a8_dynamic"}, quantizeFlags...)...); code != 0 {
 		t.Fatalf("quantize: exit %d: %s", code, stderr)
 	}
-	g := loadGolden(t, "trained")
+	g := loadGolden(t, fixture)
 	var want [][]int32
 	for _, p := range g.Prompts[:2] {
 		stdout, stderr, code := run(t, "generate", "--model", dir, "--prompt-ids", idsArg(p), "--max-tokens", "8", "--ignore-eos", "--json")
@@ -798,7 +806,8 @@ func TestServeQuantizedParallel(t *testing.T) {
 		{"TP2", []string{"--tensor-parallel-size", "2"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := startServeDir(t, dir, append(tc.args, "--quantization", "ascend", "--device", "cpu", "--max-num-seqs", "4", "--max-model-len", "256")...)
+			args := append(append(tc.args, "--quantization", "ascend", "--device", "cpu", "--max-num-seqs", "4", "--max-model-len", "256"), serveFlags...)
+			s := startServeDir(t, dir, args...)
 			defer s.stop()
 			for i, p := range g.Prompts[:2] {
 				got := completionIDs(t, s, p, 8)

@@ -90,39 +90,5 @@ func TestServeSpeculativeQuantized(t *testing.T) {
 	if d := nputest.Device(); d != "cpu" && d != "cpu-async" && os.Getenv("NPUSERVE_TEST_MULTI_DEVICE") == "" {
 		t.Skipf("--device %s: TP/DP rank processes need one device each", d)
 	}
-	dir := filepath.Join(t.TempDir(), "w8a8_dynamic-mtp")
-	if _, stderr, code := run(t, "quantize", "--model", filepath.Join(fixtures, "trained-mtp"), "--out", dir, "--scheme", "w8a8_dynamic", "--mtp"); code != 0 {
-		t.Fatalf("quantize: exit %d: %s", code, stderr)
-	}
-	g := loadGolden(t, "trained-mtp")
-	var want [][]int32
-	for _, p := range g.Prompts[:2] {
-		stdout, stderr, code := run(t, "generate", "--model", dir, "--quantization", "ascend", "--device", "cpu", "--prompt-ids", idsArg(p), "--max-tokens", "8", "--ignore-eos", "--json")
-		var gen generateResult
-		if code != 0 || json.Unmarshal([]byte(stdout), &gen) != nil || len(gen.TokenIDs) != 8 {
-			t.Fatalf("generate: exit %d, %q, %s", code, stdout, stderr)
-		}
-		want = append(want, gen.TokenIDs)
-	}
-	for _, tc := range []struct {
-		name  string
-		args  []string
-		exact bool
-	}{
-		{"DP2 EP", []string{"--data-parallel-size", "2", "--enable-expert-parallel"}, true},
-		{"TP2", []string{"--tensor-parallel-size", "2"}, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			args := append([]string{"--quantization", "ascend", "--device", "cpu", "--max-num-seqs", "4", "--max-model-len", "256",
-				"--speculative-config", `{"method": "deepseek_mtp", "num_speculative_tokens": 3}`}, tc.args...)
-			s := startServeDir(t, dir, args...)
-			defer s.stop()
-			for i, p := range g.Prompts[:2] {
-				got := completionIDs(t, s, p, 8)
-				if len(got) != 8 || tc.exact && !equalIDs(got, want[i]) {
-					t.Errorf("prompt %d: served %v, single rank without speculation %v", i, got, want[i])
-				}
-			}
-		})
-	}
+	serveQuantizedParallel(t, "trained-mtp", []string{"--mtp"}, []string{"--speculative-config", `{"method": "deepseek_mtp", "num_speculative_tokens": 3}`})
 }
