@@ -3,8 +3,6 @@
 package hccl_test
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -122,28 +120,10 @@ func procCases(size int, quick bool) []hccltest.Case {
 	return keep
 }
 
-// child is a re-executed test binary.
-type child struct {
-	cmd    *exec.Cmd
-	lines  chan string // stdout, line by line; closed at EOF
-	stderr bytes.Buffer
-	done   chan error
-}
-
-// line returns the child's next stdout line, or "" after limit or EOF.
-func (c *child) line(limit time.Duration) string {
-	select {
-	case l := <-c.lines:
-		return l
-	case <-time.After(limit):
-		return ""
-	}
-}
-
 // spawn starts this test binary as rank of the communicator ri in role,
 // optionally under a wrapper command (ip netns exec …). The child is killed
 // when the test ends or this process dies.
-func spawn(t testing.TB, role string, ri hccl.RootInfo, rank, size int, env []string, wrapper ...string) *child {
+func spawn(t testing.TB, role string, ri hccl.RootInfo, rank, size int, env []string, wrapper ...string) *hccltest.Child {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -154,48 +134,7 @@ func spawn(t testing.TB, role string, ri hccl.RootInfo, rank, size int, env []st
 	cmd.Env = append(os.Environ(), childEnv+"="+role, envRoot+"="+ri.String(),
 		envRank+"="+strconv.Itoa(rank), envSize+"="+strconv.Itoa(size))
 	cmd.Env = append(cmd.Env, env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	ch := &child{cmd: cmd, done: make(chan error, 1), lines: make(chan string, 16)}
-	cmd.Stderr = &ch.stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	read := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			ch.lines <- sc.Text()
-		}
-		close(ch.lines)
-		close(read)
-	}()
-	go func() {
-		<-read // Wait closes the pipe: read it all first
-		ch.done <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-ch.done
-	})
-	return ch
-}
-
-// wait returns the child's exit error, failing the test if it runs on.
-func (c *child) wait(t testing.TB, limit time.Duration) error {
-	t.Helper()
-	select {
-	case err := <-c.done:
-		c.done <- err // for the cleanup
-		return err
-	case <-time.After(limit):
-		t.Errorf("child %v still running after %v; stderr:\n%s", c.cmd.Args, limit, c.stderr.String())
-		c.cmd.Process.Kill()
-		return errors.New("killed")
-	}
+	return hccltest.StartChild(t, cmd)
 }
 
 // TestMultiProcess runs the whole conformance list across three processes:
@@ -216,15 +155,15 @@ func runProcs(t *testing.T, listen string, size int, quick bool, wrapper ...stri
 	if quick {
 		env = append(env, envQuick+"=1")
 	}
-	kids := make([]*child, size)
+	kids := make([]*hccltest.Child, size)
 	for r := 1; r < size; r++ {
 		kids[r] = spawn(t, "conformance", ri, r, size, env, wrapper...)
 	}
 	c, err := hccl.Init(ri, 0, size, childOpts)
 	if err != nil {
 		for r := 1; r < size; r++ {
-			kids[r].wait(t, 30*time.Second)
-			t.Logf("rank %d stderr: %s", r, kids[r].stderr.String())
+			kids[r].Wait(t, 30*time.Second)
+			t.Logf("rank %d stderr: %s", r, kids[r].Stderr.String())
 		}
 		t.Fatal(err)
 	}
@@ -234,8 +173,8 @@ func runProcs(t *testing.T, listen string, size int, quick bool, wrapper ...stri
 		t.Error(f)
 	}
 	for r := 1; r < size; r++ {
-		if err := kids[r].wait(t, 60*time.Second); err != nil {
-			t.Errorf("rank %d (pid %d): %v\n%s", r, kids[r].cmd.Process.Pid, err, kids[r].stderr.String())
+		if err, _ := kids[r].Wait(t, 60*time.Second); err != nil {
+			t.Errorf("rank %d (pid %d): %v\n%s", r, kids[r].Cmd.Process.Pid, err, kids[r].Stderr.String())
 		}
 	}
 }
@@ -260,12 +199,12 @@ func TestKilledPeer(t *testing.T) {
 	if err := oneAllReduce(c); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []*child{victim, survivor} {
-		if line := k.line(10 * time.Second); line != "ready" {
-			t.Fatalf("child not ready: %q\n%s", line, k.stderr.String())
+	for _, k := range []*hccltest.Child{victim, survivor} {
+		if line := k.Line(10 * time.Second); line != "ready" {
+			t.Fatalf("child not ready: %q\n%s", line, k.Stderr.String())
 		}
 	}
-	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := victim.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
@@ -281,9 +220,9 @@ func TestKilledPeer(t *testing.T) {
 		t.Errorf("rank 0 noticed the dead peer only after %v", el)
 	}
 	t.Logf("rank 0 after %v: %v", el.Round(time.Millisecond), err)
-	msg := survivor.line(10 * time.Second)
-	if err := survivor.wait(t, 10*time.Second); err != nil {
-		t.Errorf("survivor: %v: %s\n%s", err, msg, survivor.stderr.String())
+	msg := survivor.Line(10 * time.Second)
+	if err, _ := survivor.Wait(t, 10*time.Second); err != nil {
+		t.Errorf("survivor: %v: %s\n%s", err, msg, survivor.Stderr.String())
 	}
 	t.Logf("rank 2: %s", msg)
 	if !strings.Contains(msg, "rank 1") {
@@ -350,7 +289,7 @@ const (
 type benchPair struct {
 	c      hccl.Comm
 	stream net.Conn
-	kid    *child
+	kid    *hccltest.Child
 }
 
 var (

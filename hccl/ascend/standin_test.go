@@ -3,7 +3,6 @@
 package ascend_test
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -11,8 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -63,101 +60,31 @@ func buildStandin(t *testing.T) string {
 	return dir
 }
 
-// standinRank is one rank process.
-type standinRank struct {
-	cmd    *exec.Cmd
-	lines  chan string
-	stderr syncBuf
-	done   chan error
-}
-
-// syncBuf is a goroutine-safe buffer for a rank's stderr.
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-func startStandinRank(t *testing.T, home, role string, rank, size int, root string, env ...string) *standinRank {
+// startStandinRank starts this test binary as rank of a stand-in world in
+// role (root: rank 0's root info; "" on rank 0).
+func startStandinRank(t *testing.T, home, role string, rank, size int, root string, env ...string) *hccltest.Child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=standin", envStandinRole+"="+role, envStandinRank+"="+strconv.Itoa(rank),
 		envStandinSize+"="+strconv.Itoa(size), envStandinRoot+"="+root, "ASCEND_HOME_PATH="+home, "STANDIN_DEVICES="+strconv.Itoa(size))
 	cmd.Env = append(cmd.Env, env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	r := &standinRank{cmd: cmd, lines: make(chan string, 16), done: make(chan error, 1)}
-	cmd.Stderr = &r.stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			r.lines <- sc.Text()
-		}
-		close(r.lines)
-		r.done <- cmd.Wait()
-	}()
-	t.Cleanup(func() { cmd.Process.Kill(); <-r.done; r.done <- nil })
-	return r
+	return hccltest.StartChild(t, cmd)
 }
 
-// line returns the rank's next stdout line ("" after limit or at EOF).
-func (r *standinRank) line(limit time.Duration) string {
-	select {
-	case l := <-r.lines:
-		return l
-	case <-time.After(limit):
-		return ""
-	}
-}
-
-// wait returns the rank's exit error and its output after its last line.
-func (r *standinRank) wait(t *testing.T, limit time.Duration) (error, string) {
+// waitOut is c.Wait with the rest of its output as one string.
+func waitOut(t *testing.T, c *hccltest.Child, limit time.Duration) (error, string) {
 	t.Helper()
-	var rest []string
-	end := time.After(limit)
-	for {
-		select {
-		case l, ok := <-r.lines:
-			if ok {
-				rest = append(rest, l)
-				continue
-			}
-			err := <-r.done
-			r.done <- err
-			return err, strings.Join(rest, "\n")
-		case <-end:
-			t.Fatalf("rank %v still running after %v:\n%s", r.cmd.Args, limit, r.stderr.String())
-		}
-	}
+	err, rest := c.Wait(t, limit)
+	return err, strings.Join(rest, "\n")
 }
 
-// startStandinWorld starts size rank processes in roles (one per rank) and
-// returns them once rank 0 has printed the root info.
-func startStandinWorld(t *testing.T, home string, roles []string, env ...string) []*standinRank {
+func startStandinWorld(t *testing.T, home string, roles []string, env ...string) []*hccltest.Child {
 	t.Helper()
 	size := len(roles)
-	ranks := []*standinRank{startStandinRank(t, home, roles[0], 0, size, "", env...)}
-	root, ok := strings.CutPrefix(ranks[0].line(30*time.Second), "root ")
+	ranks := []*hccltest.Child{startStandinRank(t, home, roles[0], 0, size, "", env...)}
+	root, ok := strings.CutPrefix(ranks[0].Line(30*time.Second), "root ")
 	if !ok {
-		t.Fatalf("rank 0 printed no root info:\n%s", ranks[0].stderr.String())
+		t.Fatalf("rank 0 printed no root info:\n%s", ranks[0].Stderr.String())
 	}
 	for r := 1; r < size; r++ {
 		ranks = append(ranks, startStandinRank(t, home, roles[r], r, size, root, env...))
@@ -184,8 +111,8 @@ func TestStandinProcesses(t *testing.T) {
 				roles[i] = "conformance"
 			}
 			for r, p := range startStandinWorld(t, home, roles) {
-				if err, out := p.wait(t, 5*time.Minute); err != nil || !strings.Contains(out, "cases passed") {
-					t.Errorf("rank %d: %v\n%s\n%s", r, err, out, p.stderr.String())
+				if err, out := waitOut(t, p, 5*time.Minute); err != nil || !strings.Contains(out, "cases passed") {
+					t.Errorf("rank %d: %v\n%s\n%s", r, err, out, p.Stderr.String())
 				} else {
 					t.Logf("rank %d: %s", r, out)
 				}
@@ -195,14 +122,14 @@ func TestStandinProcesses(t *testing.T) {
 	t.Run("peer killed", func(t *testing.T) {
 		ranks := startStandinWorld(t, home, []string{"survivor", "victim"})
 		for r, p := range ranks {
-			if l := p.line(30 * time.Second); l != "ready" {
-				t.Fatalf("rank %d: %q, want ready:\n%s", r, l, p.stderr.String())
+			if l := p.Line(30 * time.Second); l != "ready" {
+				t.Fatalf("rank %d: %q, want ready:\n%s", r, l, p.Stderr.String())
 			}
 		}
-		ranks[1].cmd.Process.Kill()
-		err, out := ranks[0].wait(t, 20*time.Second)
+		ranks[1].Cmd.Process.Kill()
+		err, out := waitOut(t, ranks[0], 20*time.Second)
 		if err != nil {
-			t.Fatalf("survivor: %v\n%s\n%s", err, out, ranks[0].stderr.String())
+			t.Fatalf("survivor: %v\n%s\n%s", err, out, ranks[0].Stderr.String())
 		}
 		t.Log(out)
 	})
@@ -212,8 +139,8 @@ func TestStandinProcesses(t *testing.T) {
 		// alone bounds the collective.
 		ranks := startStandinWorld(t, home, []string{"late", "punctual"}, "HCCL_EXEC_TIMEOUT=1", "STANDIN_HCCL_CAPABILITY=8")
 		for r, p := range ranks {
-			if err, out := p.wait(t, 30*time.Second); err != nil {
-				t.Errorf("rank %d (%s): %v\n%s\n%s", r, []string{"late", "punctual"}[r], err, out, p.stderr.String())
+			if err, out := waitOut(t, p, 30*time.Second); err != nil {
+				t.Errorf("rank %d (%s): %v\n%s\n%s", r, []string{"late", "punctual"}[r], err, out, p.Stderr.String())
 			} else {
 				t.Logf("rank %d: %s", r, out)
 			}
