@@ -435,7 +435,7 @@ func (h *Head) supervise() {
 			if closing {
 				continue
 			}
-			h.markDead(e.blamed(), e.describe())
+			h.markDeadBlamed(e.blamed(), e.dp, e.describe())
 		case <-h.deadCh:
 			return
 		}
@@ -447,6 +447,11 @@ func (h *Head) supervise() {
 // collectives fail first), else the local rank itself.
 func blame(local, tp int, err error) int {
 	var oe *hccl.OpError
+	if errors.As(err, &oe) && oe.Peer() < 0 && errors.Is(oe, hccl.ErrTimeout) {
+		// HCCL (and NCCL) do not say which rank a timed-out collective
+		// waited for: the heartbeats will tell (markDeadBlamed).
+		return blameUnknown
+	}
 	if !errors.As(err, &oe) || oe.Peer() < 0 ||
 		!(errors.Is(oe, hccl.ErrPeerLost) || errors.Is(oe, hccl.ErrTimeout) || errors.Is(oe, hccl.ErrPeerAborted)) {
 		return local
@@ -458,6 +463,27 @@ func blame(local, tp int, err error) int {
 		return oe.Peer()
 	}
 	return local
+}
+
+// blameUnknown is blame's answer for a collective that timed out without
+// naming the rank it waited for.
+const blameUnknown = -2
+
+// markDeadBlamed is markDead for a failure of DP rank local that blames
+// DP rank blamed. A timeout naming no rank (blameUnknown) waits until the
+// heartbeats could have declared the rank that froze dead (DeadAfter and
+// two heartbeats) and blames local only if none was: a frozen peer, not
+// the rank that waited for it, is what a 503 should name.
+func (h *Head) markDeadBlamed(blamed, local int, cause error) {
+	if blamed == blameUnknown {
+		select {
+		case <-h.deadCh:
+			return
+		case <-time.After(h.cfg.DeadAfter + 2*h.cfg.HeartbeatInterval):
+		}
+		blamed = local
+	}
+	h.markDead(blamed, cause)
 }
 
 // markDead fails the group once: rank dp (-1: none in particular) is
@@ -645,7 +671,7 @@ func (h *Head) remote(ctx context.Context, dp int, endpoint string, r *core.Requ
 				return
 			}
 			if w.RankFailed {
-				h.markDead(w.Blame, errors.New(w.Err))
+				h.markDeadBlamed(w.Blame, dp, errors.New(w.Err))
 			}
 			ch <- w.output()
 			if w.Finished {

@@ -332,7 +332,7 @@ func (e rankExit) describe() error {
 
 // blamed is the DP rank a rank process's end points at.
 func (e rankExit) blamed() int {
-	if e.report != nil && e.report.Blame >= 0 {
+	if e.report != nil && (e.report.Blame >= 0 || e.report.Blame == blameUnknown) {
 		return e.report.Blame
 	}
 	return e.dp
