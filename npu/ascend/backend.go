@@ -32,9 +32,12 @@ type Backend struct {
 	soc    string
 	total  int64
 
-	ws          uintptr // operator workspace, reused (stream order)
-	wsBytes     int
-	pending     []uintptr // device memory freed at the next Sync
+	ws      uintptr // operator workspace, reused (stream order)
+	wsBytes int
+	pending []uintptr // device memory freed at the next Sync
+	// reuse: scratch of pending whose last use is enqueued, by size, for
+	// later scratch on the stream (recycle); emptied at Sync.
+	reuse       map[int][]uintptr
 	hostPending []uintptr
 	ones        map[int]*npu.Tensor  // RMSNorm's unit gamma by width
 	shadows     map[*buffer][]shadow // host copies of small I32 uploads (shadow.go)
@@ -147,6 +150,7 @@ func (b *Backend) sync() error {
 		_ = acl.Free(p)
 	}
 	b.pending = b.pending[:0]
+	clear(b.reuse)
 	for _, p := range b.hostPending {
 		_ = acl.FreeHost(p)
 	}

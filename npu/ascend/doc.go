@@ -125,4 +125,10 @@
 // paths fit together with this backend (RunOnStream orders a collective
 // after the ops before it); HCCL's real algorithms, reduction order,
 // buffers and failure timing are not modelled.
+//
+// Scratch: ops allocate temporaries freed at the next Sync; the F32 copies
+// of BF16/F16 weights that MatMul, MoE and SparseMLA cast per call are
+// recycled as soon as their op is enqueued (later scratch of the same size
+// reuses them in stream order), so a step holds one layer's casts, not
+// every weight's.
 package ascend

@@ -3,6 +3,8 @@
 package ascend
 
 import (
+	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -137,5 +139,51 @@ func TestLayoutShadow(t *testing.T) {
 				t.Fatalf("Sync: %v", err)
 			}
 		})
+	}
+}
+
+// TestWeightCastsReused: a step's MatMuls with BF16 weights cast each
+// weight to an F32 scratch copy; recycled in stream order, the copies of
+// twenty MatMuls take the memory of one (the pending list does not grow)
+// and the results are unchanged, where without recycling every copy
+// stayed allocated until the Sync.
+func TestWeightCastsReused(t *testing.T) {
+	b := newBackend(t)
+	r := rand.New(rand.NewPCG(3, 4))
+	const M, K, N, steps = 3, 64, 40, 20
+	xb := npu.EncodeFloats(randF32(r, M*K), npu.F32)
+	x := npu.Must(b.FromHost(npu.F32, xb, M, K))
+	ws, wbs := make([]*npu.Tensor, steps), make([][]byte, steps)
+	outs := make([]*npu.Tensor, steps)
+	for i := range ws {
+		wbs[i] = npu.EncodeFloats(randF32(r, N*K), npu.BF16)
+		ws[i] = npu.Must(b.FromHost(npu.BF16, wbs[i], N, K))
+		outs[i] = npu.Must(b.Alloc(npu.F32, M, N))
+	}
+	if err := b.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	var before int
+	b.do(func() { before = len(b.pending) })
+	for i := range ws {
+		b.MatMul(outs[i], x, ws[i])
+	}
+	var after int
+	b.do(func() { after = len(b.pending) })
+	// One cast copy and, possibly, the operator workspace.
+	if after-before > 2 {
+		t.Errorf("%d MatMuls left %d more scratch allocations pending, want at most 2", steps, after-before)
+	}
+	c := cpu.New(1)
+	for i := range ws {
+		got := download(t, b, outs[i])
+		want := npu.Must(c.Alloc(npu.F32, M, N))
+		c.MatMul(want, npu.Must(c.FromHost(npu.F32, xb, M, K)), npu.Must(c.FromHost(npu.BF16, wbs[i], N, K)))
+		wv := npu.MustF32(c, want)
+		for j := range wv {
+			if d := math.Abs(float64(got[j] - wv[j])); d > 1e-5*math.Max(1, math.Abs(float64(wv[j]))) {
+				t.Fatalf("MatMul %d element %d: %v, want %v", i, j, got[j], wv[j])
+			}
+		}
 	}
 }

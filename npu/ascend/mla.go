@@ -115,6 +115,7 @@ func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Seq
 		for t0 := 0; t0 < T; t0 += chunk {
 			b.mlaChunk(out, q, latents, kv, sel, tab, offs, one, t0, min(t0+chunk, T), H, dk, dv, R, W, scale)
 		}
+		b.recycle(kv, kvB)
 	})
 }
 

@@ -158,10 +158,10 @@ func (b *Backend) groupedMatmul(p *moePlan, xt, weight func(c *call) C.uintptr_t
 // (E, I, D), then the weighted combine into out. FLOAT32 throughout (the
 // document allows FLOAT32 x, weight and out in the single-tensor case):
 // a BF16/F16 weight is cast to an F32 scratch copy of all E experts per
-// call (one pass over the expert weights, as MatMul does per weight, and
-// as much scratch as the dense form's per-expert casts held until Sync:
-// twice the weights' bytes; a BF16 grouped matmul would avoid it but
-// misses the fp32 conformance tolerance).
+// call (one pass over the expert weights, as MatMul does per weight:
+// twice one layer's expert bytes of scratch, recycled in stream order for
+// the next layer's casts rather than held until Sync; a BF16 grouped
+// matmul would avoid the pass but misses the fp32 conformance tolerance).
 // Cost: the plan's and the combine's 9-11 operators, 2 grouped matmuls,
 // 1-3 for SwiGLU and up to 2 weight casts: about 15 operators whatever E,
 // and the routed FLOPs (see above).
@@ -190,6 +190,7 @@ func (b *Backend) MoE(out, x, gateUp, down, weights, ids *npu.Tensor, limit floa
 		gw := b.asF32(gateUp)
 		b.groupedMatmul(p, func(c *call) C.uintptr_t { return c.tensor(p.xs, nil, nil) },
 			func(c *call) C.uintptr_t { return c.tensor(gw, []int{E, D, 2 * I}, []int{2 * I * D, 1, D}) }, nil, nil, h, N, 2*I)
+		b.recycle(gw, gateUp)
 	})
 	b.SwiGLU(a, h, limit)
 	b.do(func() {
@@ -197,6 +198,7 @@ func (b *Backend) MoE(out, x, gateUp, down, weights, ids *npu.Tensor, limit floa
 		ys := b.scratch(npu.F32, N, D)
 		b.groupedMatmul(p, func(c *call) C.uintptr_t { return c.tensor(a, nil, nil) },
 			func(c *call) C.uintptr_t { return c.tensor(dw, []int{E, I, D}, []int{D * I, 1, I}) }, nil, nil, ys, N, D)
+		b.recycle(dw, down)
 		b.moeCombine(p, out, ys)
 	})
 }

@@ -196,12 +196,36 @@ func (b *Backend) workspace(n int) (uintptr, error) {
 // the graph being captured (device thread).
 func (b *Backend) scratch(dt npu.DType, shape ...int) *npu.Tensor {
 	n, _ := npu.ShapeBytes(dt, shape...)
-	p, err := b.malloc(max(int(n), 1))
+	size := max(int(n), 1)
+	if l := b.reuse[size]; len(l) > 0 && b.cap == nil {
+		p := l[len(l)-1]
+		b.reuse[size] = l[:len(l)-1]
+		return npu.NewTensor(&buffer{ptr: p, n: int(n), be: b}, 0, dt, shape...)
+	}
+	p, err := b.malloc(size)
 	if err != nil {
 		panic(fmt.Sprintf("ascend: scratch %v %v: %v", dt, shape, err))
 	}
-	b.later(p, max(int(n), 1))
+	b.later(p, size)
 	return npu.NewTensor(&buffer{ptr: p, n: int(n), be: b}, 0, dt, shape...)
+}
+
+// recycle lets later scratch of the same size reuse t, a scratch tensor
+// whose last use is enqueued (device thread): the backend's one stream
+// runs those later ops after it, so the memory is free by then. Without
+// it a step's weight casts (asF32 of every BF16 weight) would all stay
+// allocated until the step's Sync. t == of (asF32 returned its input) and
+// a capture in progress (the graph owns its scratch) recycle nothing.
+func (b *Backend) recycle(t, of *npu.Tensor) {
+	if t == nil || t == of || b.cap != nil {
+		return
+	}
+	buf := t.Buffer().(*buffer)
+	if b.reuse == nil {
+		b.reuse = map[int][]uintptr{}
+	}
+	size := max(buf.n, 1)
+	b.reuse[size] = append(b.reuse[size], buf.ptr)
 }
 
 // op runs fn, which builds one operator call, on the device thread.
@@ -356,6 +380,7 @@ func (b *Backend) MatMul(out, x, w *npu.Tensor) {
 		var ex C.uintptr_t
 		rc := C.npu_matmul(c.tensor(x, []int{M, K}, nil), c.tensor(wf, []int{K, N}, []int{1, K}), c.tensor(out, []int{M, N}, nil), 0, &ws, &ex)
 		c.run(C.NPU_OP_MATMUL, rc, ws, ex)
+		b.recycle(wf, w)
 	})
 }
 
