@@ -37,6 +37,17 @@ __device__ __forceinline__ void report(int *err, int code, int op, int value) {
 
 __device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(((u32)h) << 16); }
 
+// bf16x8 widens the 8 BF16 values of a 16-byte load (element 0 in the low
+// half of q.x) into wf.
+__device__ __forceinline__ void bf16x8(float *wf, uint4 q) {
+	const u32 w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+	for (int h = 0; h < 4; h++) {
+		wf[2 * h] = __uint_as_float(w[h] << 16);
+		wf[2 * h + 1] = __uint_as_float(w[h] & 0xffff0000u);
+	}
+}
+
 // f16_to_f32 widens exactly; a NaN keeps its payload (as npu.F16ToF32).
 __device__ __forceinline__ float f16_to_f32(u16 h) {
 	if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0) {

@@ -174,11 +174,8 @@ extern "C" __global__ __launch_bounds__(512) void k_mla_qlat_bf16(float *qlat, c
 	if (sl < ks) {
 #pragma unroll 4
 		for (int i = i0; i < i1; i++) {
-			const uint4 w = *(const uint4 *)(wb + (i64)i * R);
-			const float wf[8] = {__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
-					     __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xffff0000u),
-					     __uint_as_float(w.z << 16), __uint_as_float(w.z & 0xffff0000u),
-					     __uint_as_float(w.w << 16), __uint_as_float(w.w & 0xffff0000u)};
+			float wf[8];
+			bf16x8(wf, *(const uint4 *)(wb + (i64)i * R));
 #pragma unroll
 			for (int j = 0; j < MLA_QT; j++) {
 				const float qv = qsh[j * dk + i];
@@ -403,11 +400,8 @@ extern "C" __global__ void k_mla_out(float *out, const float *z, const void *kvB
 			// BF16 rows, R % 8 == 0, 16-byte aligned (host-checked): 8
 			// weights per lane load.
 			for (int r = lane * 8; r < R; r += 256) {
-				const uint4 w = *(const uint4 *)((const u16 *)kvB + wb + r);
-				const float wf[8] = {__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
-						     __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xffff0000u),
-						     __uint_as_float(w.z << 16), __uint_as_float(w.z & 0xffff0000u),
-						     __uint_as_float(w.w << 16), __uint_as_float(w.w & 0xffff0000u)};
+				float wf[8];
+				bf16x8(wf, *(const uint4 *)((const u16 *)kvB + wb + r));
 #pragma unroll
 				for (int j = 0; j < MLA_QT; j++) {
 #pragma unroll

@@ -266,22 +266,11 @@ int fakecann_aborted(void *stream);
 enum { E_PARA = 1, E_PTR = 2, E_INTERNAL = 4, E_NOT_SUPPORT = 5, E_TIMEOUT = 9 };
 enum { K_ALLREDUCE, K_BROADCAST, K_REDUCESCATTER, K_ALLGATHER, K_ALLTOALL, K_ALLTOALLV, K_BARRIER, K_SEND, K_RECV };
 
+#include "hccl_common.h" // npu/ascend/testdata/standin: esize, store, reduce, config, ...
+
 #define ROOT_BYTES 4108
 #define MAXR 16
 
-typedef struct {
-	size_t size;
-	uint32_t magic, version;
-	uint64_t reserved;
-	uint32_t buffer_size_mb, deterministic;
-	char name[128], udi[128];
-	uint32_t expansion, tc, sl, world_rank;
-	uint64_t job;
-	uint8_t zero_copy;
-	int32_t exec_timeout;
-	char algo[1600], retry_enable[50], retry_params[128], buffer_name[128];
-	uint32_t qos;
-} config;
 
 typedef struct desc {
 	int kind, dtype, op;
@@ -445,7 +434,6 @@ const char *HcclGetErrorString(int code) {
 	return "error";
 }
 
-#include "hccl_reduce.h" // npu/ascend/testdata/standin: esize, store, reduce, ...
 
 // reduce_all writes out[i] = ins[0][off+i] op ins[1][off+i] ... in rank
 // order, over every rank's snapshot of its send buffer.

@@ -37,7 +37,7 @@
 // communicator its first failure ("rank R/N failed (HcclResult c, …): why").
 #define _GNU_SOURCE
 #include "standin.h"
-#include "hccl_reduce.h"
+#include "hccl_common.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -733,20 +733,6 @@ int HcclGetRootInfo(char *info) {
 // only HCCL_EXEC_TIMEOUT bounds a collective).
 uint32_t HcclGetCommConfigCapability(void) { return (uint32_t)env_seconds("STANDIN_HCCL_CAPABILITY", 12); }
 
-// HcclCommConfig v10 (the fields the stand-in reads).
-typedef struct {
-	size_t size;
-	uint32_t magic, version;
-	uint64_t reserved;
-	uint32_t buffer_size_mb, deterministic;
-	char name[128], udi[128];
-	uint32_t expansion, tc, sl, world_rank;
-	uint64_t job;
-	uint8_t zero_copy;
-	int32_t exec_timeout;
-	char algo[1600], retry_enable[50], retry_params[128], buffer_name[128];
-	uint32_t qos;
-} config;
 
 typedef struct comm {
 	uint32_t magic;

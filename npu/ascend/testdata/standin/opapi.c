@@ -5,6 +5,7 @@
 // workspace, thread context and stream, then the work is queued on the
 // stream). Plain C on host memory; fp32 arithmetic.
 #include "opapi.h"
+#include "bf16.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -92,22 +93,6 @@ int64_t elem(const aclTensor *t, int64_t lin) {
 		lin /= d;
 	}
 	return off;
-}
-
-static float bf16_to_f(uint16_t b) {
-	uint32_t u = (uint32_t)b << 16;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-static uint16_t f_to_bf16(float f) {
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	if ((u & 0x7fffffffu) > 0x7f800000u) {
-		return (uint16_t)(u >> 16) | 0x40;
-	}
-	u += 0x7fffu + ((u >> 16) & 1);
-	return (uint16_t)(u >> 16);
 }
 
 void *ptr(const aclTensor *t, int64_t lin) { return (char *)t->data + elem(t, lin) * standin_dtype_size(t->dtype); }

@@ -1,16 +1,19 @@
-// The element types and reductions of HCCL's collectives, shared by the
+// The element types and reductions of HCCL's collectives and the
+// HcclCommConfig layout, shared by the
 // two HCCL test doubles: the stand-in CANN's libhccl (hccl.c here) and
 // hccl/ascend's in-process fake (hccl/ascend/testdata/fakecann). Dtype codes
 // are HcclDataType's; ops HcclReduceOp's (0 sum, 1 prod, 2 max, 3 min).
 // Reductions run in rank order, in F32 for the floating types (one
 // rounding at the end for the 16-bit ones), wrapping for the integers.
-#ifndef HCCL_REDUCE_H
-#define HCCL_REDUCE_H
+#ifndef HCCL_COMMON_H
+#define HCCL_COMMON_H
 
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "bf16.h"
 
 static size_t esize(int dt) {
 	switch (dt) {
@@ -20,23 +23,6 @@ static size_t esize(int dt) {
 	case 5: return 8;                  // INT64
 	}
 	return 0;
-}
-
-static float bf16_to_f(uint16_t h) {
-	uint32_t u = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-static uint16_t f_to_bf16(float f) {
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	if ((u & 0x7fffffff) > 0x7f800000) {
-		return (uint16_t)(u >> 16) | 0x40;
-	}
-	u += 0x7fff + ((u >> 16) & 1);
-	return (uint16_t)(u >> 16);
 }
 
 static int is_int(int dt) { return dt == 0 || dt == 2 || dt == 5; }
@@ -108,5 +94,20 @@ static void reduce(int dt, int op, void *out, char **in, int n, size_t off, size
 		}
 	}
 }
+
+// HcclCommConfig v10 (the fields the test doubles read).
+typedef struct {
+	size_t size;
+	uint32_t magic, version;
+	uint64_t reserved;
+	uint32_t buffer_size_mb, deterministic;
+	char name[128], udi[128];
+	uint32_t expansion, tc, sl, world_rank;
+	uint64_t job;
+	uint8_t zero_copy;
+	int32_t exec_timeout;
+	char algo[1600], retry_enable[50], retry_params[128], buffer_name[128];
+	uint32_t qos;
+} config;
 
 #endif
