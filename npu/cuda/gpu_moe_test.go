@@ -88,17 +88,7 @@ func (h *both) qweight(s npu.QScheme, E, N, K, alg int) (g, c *npu.QuantWeight) 
 	}
 	lead := shape[:len(shape)-1]
 	rows := max(E, 1) * N
-	raw := func(dt npu.DType, data []byte, shape ...int) pair {
-		gt, err := h.g.FromHost(dt, data, shape...)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		ct, err := cpuBE.FromHost(dt, append([]byte(nil), data...), shape...)
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		return pair{gt, ct}
-	}
+	raw := h.raw
 	wb := make([]byte, rows*K)
 	for i := range wb {
 		wb[i] = byte(h.r.IntN(256))

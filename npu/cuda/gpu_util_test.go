@@ -75,16 +75,7 @@ func (h *both) sync() {
 // from makes a pair of dtype dt holding vals (rounded to dt).
 func (h *both) from(dt npu.DType, vals []float32, shape ...int) pair {
 	h.t.Helper()
-	data := encode(vals, dt)
-	g, err := h.g.FromHost(dt, data, shape...)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	c, err := cpuBE.FromHost(dt, append([]byte(nil), data...), shape...)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return pair{g, c}
+	return h.raw(dt, encode(vals, dt), shape...)
 }
 
 // ints makes an I32 pair.

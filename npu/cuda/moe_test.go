@@ -101,15 +101,7 @@ func TestMoEOpNames(t *testing.T) {
 // tile rows k_gemv_i8 walks in quant.cu) are the Go side's, and the block shapes gemvWarps picks fit its launch bounds and
 // shared memory.
 func TestGEMVKernelConstants(t *testing.T) {
-	src, err := kernelFS.ReadFile("kernels/moe.cu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(src)
-	defs := map[string]int{}
-	for _, m := range regexp.MustCompile(`(?m)^#define (\w+) (\d+)\b`).FindAllStringSubmatch(text, -1) {
-		defs[m[1]], _ = strconv.Atoi(m[2])
-	}
+	text, defs := kernelDefines(t, "kernels/moe.cu")
 	for name, want := range map[string]int{"GEMV_MT": gemvPass, "GEMV_U": gemvU, "GEMV_MAXW": gemvMaxW, "MOE_BM": moeBM} {
 		if got, ok := defs[name]; !ok || got != want {
 			t.Errorf("moe.cu: %s = %d (defined %v), Go has %d", name, got, ok, want)

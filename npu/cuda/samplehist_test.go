@@ -13,15 +13,7 @@ import (
 // side's, and its polynomial constants are Go's float64 values of
 // npu.SampleBin's (written in hex, so that the kernel's are these bits).
 func TestSampleHistKernelConstants(t *testing.T) {
-	src, err := kernelFS.ReadFile("kernels/samplehist.cu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(src)
-	defs := map[string]int{}
-	for _, m := range regexp.MustCompile(`(?m)^#define (\w+) (\d+)\b`).FindAllStringSubmatch(text, -1) {
-		defs[m[1]], _ = strconv.Atoi(m[2])
-	}
+	text, defs := kernelDefines(t, "kernels/samplehist.cu")
 	for name, want := range map[string]int{
 		"HIST_PER_UNIT": npu.SampleBinsPerUnit, "HIST_RANGE": npu.SampleHistRange,
 		"HIST_THREADS": sampleHistThreads, "HIST_CHUNK": sampleHistChunk, "MEM_THREADS": sampleMembersThreads,
@@ -95,4 +87,20 @@ func TestSampleHistArgumentChecks(t *testing.T) {
 			t.Errorf("op %d: %v", c.op, e)
 		}
 	}
+}
+
+// kernelDefines reads an embedded kernel file and its integer #defines,
+// for the tests that check the kernels' sizes against the Go side's.
+func kernelDefines(t *testing.T, name string) (string, map[string]int) {
+	t.Helper()
+	src, err := kernelFS.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(src)
+	defs := map[string]int{}
+	for _, m := range regexp.MustCompile(`(?m)^#define (\w+) (\d+)\b`).FindAllStringSubmatch(text, -1) {
+		defs[m[1]], _ = strconv.Atoi(m[2])
+	}
+	return text, defs
 }
