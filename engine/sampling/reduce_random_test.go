@@ -147,6 +147,12 @@ func runMixedCorpus(t *testing.T, seed uint64, n int, gen func(*rand.Rand, int) 
 	return res
 }
 
+// The vocabularies of the random tests' cases: the case's own (small), or
+// model-like 300, 1000 or 3000 by seed (large).
+func small(c reduceCase) int { return c.vocab }
+
+func large(c reduceCase) int { return []int{300, 1000, 3000}[int(*c.p.Seed%3)] }
+
 // TestSampleReducedRandomMatchesSample: for random requests mixing
 // temperature, top-k, top-p and min-p with every logits processor, on
 // rows with ties, -0, NaN, +-Inf and +-MaxFloat32 (randomRow) and on
@@ -156,8 +162,6 @@ func runMixedCorpus(t *testing.T, seed uint64, n int, gen func(*rand.Rand, int) 
 // the reduction decides nearly every row, and a shorter prefix of the
 // candidates (any size) is never decided wrongly.
 func TestSampleReducedRandomMatchesSample(t *testing.T) {
-	small := func(c reduceCase) int { return c.vocab }
-	large := func(c reduceCase) int { return []int{300, 1000, 3000}[int(*c.p.Seed%3)] }
 	cases := []struct {
 		name  string
 		seed  uint64
@@ -265,8 +269,6 @@ func roundsCase(rng *rand.Rand, i int) reduceCase {
 // (bins past the members a device returns, every logprob); with
 // MaxBinMembers nearly every step is decided.
 func TestSampleRoundsMatchesSample(t *testing.T) {
-	small := func(c reduceCase) int { return c.vocab }
-	large := func(c reduceCase) int { return []int{300, 1000, 3000}[int(*c.p.Seed%3)] }
 	cases := []struct {
 		name    string
 		seed    uint64
