@@ -166,7 +166,12 @@ func (b *Backend) TopK(vals, idx, x *npu.Tensor, k int) {
 	if m*k == 0 {
 		return
 	}
-	b.do(func() {
+	b.do(func() { b.topK(vals, idx, x, m, n, k) })
+}
+
+// topK is TopK of the m rows of n of x on the device thread.
+func (b *Backend) topK(vals, idx, x *npu.Tensor, m, n, k int) {
+	{
 		shape, top, topStrides := []int{m, n}, []int{m, k}, []int{n, 1}
 		y := b.scratch(npu.F32, m, n)
 		b.launch(C.NPU_OP_NAN_TO_NUM, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
@@ -181,7 +186,7 @@ func (b *Backend) TopK(vals, idx, x *npu.Tensor, k int) {
 			return C.npu_gather(c.tensor(x, shape, nil), 1, c.tensor(si, top, topStrides), c.tensor(vals, top, nil), ws, ex)
 		})
 		b.castView(idx, si, top, topStrides)
-	})
+	}
 }
 
 // normRows checks a grouped norm of x into out with groups of n and

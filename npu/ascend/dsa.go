@@ -66,6 +66,14 @@ func (b *Backend) DSAIndex(out, q, w, pooled *npu.Tensor, seqs *npu.SeqLayout, p
 	if T == 0 || width == 0 {
 		return
 	}
+	if decodeBatch(seqs) {
+		checkDecodeLayout("DSAIndex", seqs, true)
+		b.dsaDecode(out, q, w, pooled, seqs, Hi, d, nslots, width, p)
+		return
+	}
+	if b.hostPlanned("DSAIndex") {
+		return
+	}
 	L := b.layout("DSAIndex", seqs, true)
 	for s := range seqs.NumSeqs {
 		r0, r1 := int(L.qs[s]), int(L.qs[s+1])

@@ -44,6 +44,13 @@ func (b *Backend) Conv1d(out, x, state, w *npu.Tensor, seqs *npu.SeqLayout, silu
 	if B == 0 || T*C == 0 {
 		return
 	}
+	if decodeBatch(seqs) {
+		b.Conv1dUpdate(out, x, state, w, seqs, silu)
+		return
+	}
+	if b.hostPlanned("Conv1d") {
+		return
+	}
 	L := b.layout("Conv1d", seqs, false)
 	qs, slots := L.qs, L.slots
 	if int(qs[0]) != 0 || int(qs[B]) != T {
@@ -91,6 +98,32 @@ func (b *Backend) Conv1d(out, x, state, w *npu.Tensor, seqs *npu.SeqLayout, silu
 	})
 }
 
+// kdaPrelude returns q and k of T rows of qkv l2-normalised (q also
+// scaled by K^-0.5) and exp(g), as scratch [T, H*K] (device thread; 5
+// operators).
+func (b *Backend) kdaPrelude(qkv, g *npu.Tensor, T, H, K int) (qn, kn, eg *npu.Tensor) {
+	HK := H * K
+	qn, kn, eg = b.scratch(npu.F32, T, HK), b.scratch(npu.F32, T, HK), b.scratch(npu.F32, T, HK)
+	gamma, rstd := b.unitGamma(K), b.scratch(npu.F32, T*H, 1)
+	for i, dst := range []*npu.Tensor{qn, kn} {
+		scale := float32(1 / math.Sqrt(float64(K)))
+		if i == 0 {
+			scale = 1 / float32(K) // l2 norm's 1/sqrt(K) and q's K^-0.5
+		}
+		b.launch(C.NPU_OP_RMS_NORM, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+			return C.npu_rms_norm(c.view(qkv, i*HK, []int{T, H, K}, []int{3 * HK, K, 1}), c.tensor(gamma, nil, nil), C.double(1e-6/float64(K)),
+				c.tensor(dst, []int{T, H, K}, nil), c.tensor(rstd, []int{T, H, 1}, nil), ws, ex)
+		})
+		b.launch(C.NPU_OP_MULS, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+			return C.npu_muls(c.tensor(dst, flat(dst), nil), c.scalar(scale), c.tensor(dst, flat(dst), nil), ws, ex)
+		})
+	}
+	b.launch(C.NPU_OP_EXP, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+		return C.npu_exp(c.tensor(g, flat(g), nil), c.tensor(eg, flat(eg), nil), ws, ex)
+	})
+	return qn, kn, eg
+}
+
 // KDA runs Kimi Delta Attention by its token recurrence, composed (no
 // stock CANN operator has KDA's per-channel decay, ascend-api.md §4.8):
 // once for the batch, q and k are l2-normalised (aclnnRmsNorm with eps/K
@@ -124,6 +157,16 @@ func (b *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout,
 	if T == 0 || B == 0 {
 		return
 	}
+	if decodeBatch(seqs) {
+		if seqs.StateSlot.Numel() < B || seqs.StateSlot.DType() != npu.I32 {
+			panic(fmt.Sprintf("ascend: KDA decode form needs I32 state slots for %d sequences; got %v", B, seqs.StateSlot))
+		}
+		b.do(func() { b.kdaDecode(out, qkv, g, beta, state, seqs, H, K) })
+		return
+	}
+	if b.hostPlanned("KDA") {
+		return
+	}
 	L := b.layout("KDA", seqs, false)
 	qs, slots := L.qs, L.slots
 	if int(qs[0]) != 0 || int(qs[B]) != T {
@@ -135,24 +178,7 @@ func (b *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout,
 		}
 	}
 	b.do(func() {
-		qn, kn, eg := b.scratch(npu.F32, T, HK), b.scratch(npu.F32, T, HK), b.scratch(npu.F32, T, HK)
-		gamma, rstd := b.unitGamma(K), b.scratch(npu.F32, T*H, 1)
-		for i, dst := range []*npu.Tensor{qn, kn} {
-			scale := float32(1 / math.Sqrt(float64(K)))
-			if i == 0 {
-				scale = 1 / float32(K) // l2 norm's 1/sqrt(K) and q's K^-0.5
-			}
-			b.launch(C.NPU_OP_RMS_NORM, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
-				return C.npu_rms_norm(c.view(qkv, i*HK, []int{T, H, K}, []int{3 * HK, K, 1}), c.tensor(gamma, nil, nil), C.double(1e-6/float64(K)),
-					c.tensor(dst, []int{T, H, K}, nil), c.tensor(rstd, []int{T, H, 1}, nil), ws, ex)
-			})
-			b.launch(C.NPU_OP_MULS, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
-				return C.npu_muls(c.tensor(dst, flat(dst), nil), c.scalar(scale), c.tensor(dst, flat(dst), nil), ws, ex)
-			})
-		}
-		b.launch(C.NPU_OP_EXP, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
-			return C.npu_exp(c.tensor(g, flat(g), nil), c.tensor(eg, flat(eg), nil), ws, ex)
-		})
+		qn, kn, eg := b.kdaPrelude(qkv, g, T, H, K)
 		kS, delta, outer := b.scratch(npu.F32, H, 1, V), b.scratch(npu.F32, H, 1, V), b.scratch(npu.F32, H, K, V)
 		sv := []int{H, K, V}
 		for i := range B {

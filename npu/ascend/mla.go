@@ -83,6 +83,20 @@ func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Seq
 		b.Fill(out, 0)
 		return
 	}
+	if decodeBatch(seqs) {
+		checkDecodeLayout("SparseMLA", seqs, true)
+		b.do(func() {
+			one := b.scratch(npu.I32, 1)
+			b.fillDev(one, 1)
+			kv := b.asF32(kvB)
+			b.mlaDecode(out, q, latents, kv, sel, seqs, one, H, dk, dv, R, W, nslots, scale)
+			b.recycle(kv, kvB)
+		})
+		return
+	}
+	if b.hostPlanned("SparseMLA") {
+		return
+	}
 	L := b.layout("SparseMLA", seqs, true)
 	var table []int32
 	off := make([]int32, T)
@@ -144,7 +158,13 @@ func (b *Backend) mlaChunk(out, q, latents, kv, sel, tab, offs, one *npu.Tensor,
 	b.launch(C.NPU_OP_EMBEDDING, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
 		return C.npu_embedding(c.tensor(latents, nil, nil), c.tensor(rowsIdx, nil, nil), c.tensor(lat, nil, nil), ws, ex)
 	})
-	lat = b.asF32(lat)
+	b.mlaAttend(out, q, kv, b.asF32(lat), mask, t0, n, H, dk, dv, R, W, scale)
+}
+
+// mlaAttend is the attention of SparseMLA's rows [t0, t0+n) over their
+// gathered latents lat F32 [n*W, R] with mask F32 [n, W] (1 used, 0 not;
+// device thread): 13 operators.
+func (b *Backend) mlaAttend(out, q, kv, lat, mask *npu.Tensor, t0, n, H, dk, dv, R, W int, scale float32) {
 	// bias = mask*(-mlaMasked) + mlaMasked: 0 where used, mlaMasked where not.
 	bias := b.scratch(npu.F32, n, W)
 	b.launch(C.NPU_OP_MULS, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {

@@ -41,7 +41,7 @@ typedef int (*sm_fn)(T, int64_t, T, uint64_t *, T *);
 // Operators of §4.6 (SwiGlu, Embedding, InplaceIndexCopy) and, from the
 // CANN aclnn reference as we recall it (not from a header read for
 // ascend-api.md): Clamp, ClampMax, NanToNum, Sort, Gather, LayerNorm, Mean,
-// ReduceSum, BatchMatMul, Exp, Softplus, Div, Scatter.
+// ReduceSum, BatchMatMul, Exp, Softplus, Div, Scatter, Arange.
 typedef int (*clamp_fn)(T, T, T, T, uint64_t *, T *);
 typedef int (*dimx_fn)(T, int64_t, T, uint64_t *, T *);
 typedef int (*icopy_fn)(T, int64_t, T, T, uint64_t *, T *);
@@ -66,7 +66,7 @@ static const char *op_names[NPU_OP_COUNT] = {
 	[NPU_OP_REDUCE_SUM] = "aclnnReduceSum",     [NPU_OP_BATCH_MATMUL] = "aclnnBatchMatMul",
 	[NPU_OP_EXP] = "aclnnExp",                  [NPU_OP_SOFTPLUS] = "aclnnSoftplus",
 	[NPU_OP_DIV] = "aclnnDiv",                  [NPU_OP_SCATTER] = "aclnnScatter",
-	[NPU_OP_GROUPED_MATMUL_V4] = "aclnnGroupedMatmulV4",
+	[NPU_OP_GROUPED_MATMUL_V4] = "aclnnGroupedMatmulV4", [NPU_OP_ARANGE] = "aclnnArange",
 };
 static void *phase1[NPU_OP_COUNT];
 static run_fn phase2[NPU_OP_COUNT];
@@ -217,6 +217,9 @@ int npu_batch_matmul(uintptr_t self, uintptr_t mat2, uintptr_t out, int8_t cube_
 int npu_exp(uintptr_t self, uintptr_t out, uint64_t *ws, uintptr_t *ex) { P1(NPU_OP_EXP, copy_fn, A(self), A(out)); }
 int npu_softplus(uintptr_t self, uintptr_t beta, uintptr_t threshold, uintptr_t out, uint64_t *ws, uintptr_t *ex) {
 	P1(NPU_OP_SOFTPLUS, clamp_fn, A(self), A(beta), A(threshold), A(out));
+}
+int npu_arange(uintptr_t start, uintptr_t end, uintptr_t step, uintptr_t out, uint64_t *ws, uintptr_t *ex) {
+	P1(NPU_OP_ARANGE, clamp_fn, A(start), A(end), A(step), A(out));
 }
 int npu_div(uintptr_t self, uintptr_t other, uintptr_t out, uint64_t *ws, uintptr_t *ex) { P1(NPU_OP_DIV, bin_fn, A(self), A(other), A(out)); }
 int npu_scatter(uintptr_t self, int64_t dim, uintptr_t index, uintptr_t src, int64_t reduce, uintptr_t out, uint64_t *ws, uintptr_t *ex) {

@@ -41,6 +41,7 @@ enum {
 	NPU_OP_DIV,
 	NPU_OP_SCATTER,
 	NPU_OP_GROUPED_MATMUL_V4,
+	NPU_OP_ARANGE,
 	NPU_OP_COUNT
 };
 
@@ -95,6 +96,8 @@ int npu_exp(uintptr_t self, uintptr_t out, uint64_t *ws, uintptr_t *ex);
 int npu_div(uintptr_t self, uintptr_t other, uintptr_t out, uint64_t *ws, uintptr_t *ex);
 int npu_scatter(uintptr_t self, int64_t dim, uintptr_t index, uintptr_t src, int64_t reduce, uintptr_t out, uint64_t *ws, uintptr_t *ex);
 int npu_softplus(uintptr_t self, uintptr_t beta, uintptr_t threshold, uintptr_t out, uint64_t *ws, uintptr_t *ex);
+// aclnnArange(start, end, step, out): out[i] = start + i*step (1-D).
+int npu_arange(uintptr_t start, uintptr_t end, uintptr_t step, uintptr_t out, uint64_t *ws, uintptr_t *ex);
 // aclnnGroupedMatmulV4 (ascend-api.md §4.4): every list argument is an
 // aclTensorList (0: NULL), groupList an aclTensor.
 int npu_grouped_matmul_v4(uintptr_t x, uintptr_t weight, uintptr_t bias, uintptr_t scale, uintptr_t offset, uintptr_t antiquant_scale,

@@ -193,6 +193,10 @@ func Cases() []*Case {
 		&Case{Op: "Conv1dUpdate", Name: "4 seqs C23 W4 BF16 weight silu", Tol: tolElem, Why: "W products per element; the state is shifted",
 			setup: func(s *Side) (func(), []*npu.Tensor) {
 				return conv1dSetup(s, []int{2, 7, 0, 30}, []int{1, 1, 1, 1}, 23, 4, npu.BF16, true, true)
+			}},
+		&Case{Op: "Conv1d", Name: "decode batch 5 seqs C19 W4 silu", Tol: tolElem, Why: "W products per element; the state is shifted (one row per sequence: the decode form)",
+			setup: func(s *Side) (func(), []*npu.Tensor) {
+				return conv1dSetup(s, []int{0, 5, 16, 31, 7}, []int{1, 1, 1, 1, 1}, 19, 4, npu.F32, true, false)
 			}})
 
 	// Selection and row movement.
@@ -305,6 +309,16 @@ func Cases() []*Case {
 			Why: "the chunked form's matrix products over a carried state",
 			setup: func(s *Side) (func(), []*npu.Tensor) {
 				return kdaSetup(s, 2, 16, []int{0, 33, 8}, []int{19, 1, 9}, 8)
+			}},
+		&Case{Op: "KDA", Name: "decode batch H2 K16 4 seqs", Tol: tolReduce,
+			Why: "one recurrence step over a carried state (one row per sequence: the decode form)",
+			setup: func(s *Side) (func(), []*npu.Tensor) {
+				return kdaSetup(s, 2, 16, []int{0, 17, 40, 3}, []int{1, 1, 1, 1}, 0)
+			}},
+		&Case{Op: "KDA", Name: "decode batch H3 K8 1 seq", Tol: tolReduce,
+			Why: "one recurrence step over a carried state (one row per sequence: the decode form)",
+			setup: func(s *Side) (func(), []*npu.Tensor) {
+				return kdaSetup(s, 3, 8, []int{9}, []int{1}, 0)
 			}})
 
 	// DSA: k-pool compression, indexer and sparse MLA.
@@ -325,12 +339,29 @@ func Cases() []*Case {
 			setup: func(s *Side) (func(), []*npu.Tensor) {
 				return dsaSetup(s, []int{3, 12}, []int{9, 2}, 4, npu.BF16,
 					npu.IndexParams{TopKPools: 2, KPool: 2, Scale: 0.125})
+			}},
+		&Case{Op: "DSAIndex", Name: "decode batch 6 seqs top3 of kp4 tail", Tol: tolExact,
+			Why: "pool scores are separated by construction, so the selection is exact (one row per sequence: the decode form)",
+			setup: func(s *Side) (func(), []*npu.Tensor) {
+				return dsaSetup(s, []int{0, 3, 7, 15, 21, 38}, []int{1, 1, 1, 1, 1, 1}, 8, npu.F32,
+					npu.IndexParams{TopKPools: 3, KPool: 4, Tail: true, Scale: 0.25})
+			}},
+		&Case{Op: "DSAIndex", Name: "decode batch 3 seqs top2 of kp2 no tail BF16 pooled", Tol: tolExact,
+			Why: "pool scores are separated by construction, so the selection is exact (one row per sequence: the decode form)",
+			setup: func(s *Side) (func(), []*npu.Tensor) {
+				return dsaSetup(s, []int{0, 9, 12}, []int{1, 1, 1}, 4, npu.BF16,
+					npu.IndexParams{TopKPools: 2, KPool: 2, Scale: 0.125})
 			}})
 	for _, ldt := range []npu.DType{npu.F32, npu.BF16} {
 		add(&Case{Op: "SparseMLA", Name: fmt.Sprintf("H3 dk16 dv16 R24 %v latents", ldt), Tol: tolReduce,
 			Why: "two products over R and a softmax over the selected positions",
 			setup: func(s *Side) (func(), []*npu.Tensor) {
 				return mlaSetup(s, []int{0, 20, 7}, []int{5, 1, 3}, 24, 4, ldt, 3, 16, 16, 24)
+			}})
+		add(&Case{Op: "SparseMLA", Name: fmt.Sprintf("decode batch 4 seqs H3 dk16 dv16 R24 %v latents", ldt), Tol: tolReduce,
+			Why: "two products over R and a softmax over the selected positions (one row per sequence: the decode form)",
+			setup: func(s *Side) (func(), []*npu.Tensor) {
+				return mlaSetup(s, []int{0, 20, 7, 33}, []int{1, 1, 1, 1}, 24, 4, ldt, 3, 16, 16, 24)
 			}})
 	}
 

@@ -1245,3 +1245,43 @@ int aclnnScatterGetWorkspaceSize(const aclTensor *self, int64_t dim, const aclTe
 	return new_exec(op, 0, run_scatter, &a, sizeof a, ws, ex);
 }
 PHASE2(aclnnScatter)
+
+// ---- aclnnArange: out[i] = start + i*step, i < ceil((end - start) / step) ----
+// As the CANN aclnn reference documents it: start, end and step are
+// scalars, step is not zero and has the sign of end - start (or end ==
+// start), out is 1-D with exactly that many elements (the caller sizes
+// it), in a float or integer dtype; no workspace. Values are computed in
+// double and rounded once to out's dtype.
+typedef struct {
+	aclTensor out;
+	double start, step;
+} arange_args;
+static void run_arange(void *p, void *ws) {
+	(void)ws;
+	arange_args *a = p;
+	int64_t n = numel(&a->out);
+	for (int64_t i = 0; i < n; i++) {
+		set(&a->out, i, a->start + (double)i * a->step);
+	}
+}
+int aclnnArangeGetWorkspaceSize(const aclScalar *start, const aclScalar *end, const aclScalar *step, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
+	const char *op = "aclnnArange";
+	TRY(need_ctx(op));
+	TRY(outs(op, ws, ex));
+	TRY(chk_scalar(op, "start", start));
+	TRY(chk_scalar(op, "end", end));
+	TRY(chk_scalar(op, "step", step));
+	TRY(chk(op, "out", out, FLOATS | F(DT_INT32) | F(DT_INT64)));
+	double s = start->v, e = end->v, d = step->v;
+	if (d == 0 || isnan(s) || isnan(e) || isnan(d) || isinf(s) || isinf(e) || isinf(d) || (e - s) * d < 0) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "arange-range", "%s: start %g, end %g, step %g: step must be finite, non-zero and point from start to end",
+					 op, s, e, d);
+	}
+	int64_t want = (int64_t)ceil((e - s) / d);
+	if (out->ndim != 1 || out->dims[0] != want) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "arange-out", "%s: out must be 1-D of ceil((end-start)/step) = %lld elements", op, (long long)want);
+	}
+	arange_args a = {*out, s, d};
+	return new_exec(op, 0, run_arange, &a, sizeof a, ws, ex);
+}
+PHASE2(aclnnArange)
