@@ -374,7 +374,8 @@ func TestAcceptedWithoutEffect(t *testing.T) {
 	for _, x := range a.WithoutEffect("ascend") {
 		got = append(got, x.Flag)
 	}
-	exp := []string{"--compilation-config", "--trust-remote-code", "--safetensors-load-strategy", "--speculative-config", "--limit-mm-per-prompt"}
+	// --compilation-config has an effect on ascend (decode graphs).
+	exp := []string{"--trust-remote-code", "--safetensors-load-strategy", "--speculative-config", "--limit-mm-per-prompt"}
 	if !reflect.DeepEqual(got, exp) {
 		t.Errorf("WithoutEffect flags = %q, want %q", got, exp)
 	}
@@ -384,10 +385,13 @@ func TestAcceptedWithoutEffect(t *testing.T) {
 	for _, x := range b.WithoutEffect("ascend") {
 		reasons[x.Flag] = x.Reason
 	}
-	for _, f := range []string{"--kv-cache-dtype", "--enable-prefix-caching", "--enforce-eager", "--threads", "--additional-config", "--api-server-count", "--enable-chunked-prefill"} {
+	for _, f := range []string{"--kv-cache-dtype", "--enable-prefix-caching", "--threads", "--additional-config", "--api-server-count", "--enable-chunked-prefill"} {
 		if reasons[f] == "" {
 			t.Errorf("%s missing from WithoutEffect(ascend): %v", f, reasons)
 		}
+	}
+	if r := reasons["--enforce-eager"]; r != "" {
+		t.Errorf("--enforce-eager listed without effect on ascend (it captures decode graphs): %s", r)
 	}
 	if !strings.Contains(reasons["--kv-cache-dtype"], "bfloat16") {
 		t.Errorf("kv-cache-dtype reason %q does not name the ascend cache dtype", reasons["--kv-cache-dtype"])

@@ -8,7 +8,10 @@ import (
 
 // GraphBackends are the backends that capture graphs (npu.GraphCapturer):
 // --compilation-config and --enforce-eager have an effect there only.
-var GraphBackends = []string{"cuda"}
+// Ascend captures decode steps with aclmdlRICapture since its decode
+// forms plan on the device (npu/ascend decode.go; run against the
+// stand-in CANN only).
+var GraphBackends = []string{"cuda", "ascend"}
 
 // GraphsByDefault says whether decode graphs are captured when neither
 // --compilation-config nor --enforce-eager is given. vLLM's default mode

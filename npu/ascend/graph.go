@@ -38,8 +38,11 @@ import (
 //   - Alloc, FromHost, Upload, Download and Sync return an error wrapping
 //     npu.ErrCapturing and fail the capture (no query or sync of a stream
 //     during a capture, rule 2; Upload's pinned staging buffer would be
-//     freed under the graph); Free panics. The ops that read back to the
-//     host (Conv1d, KDA: hostread.go) therefore fail a capture. MoE
+//     freed under the graph); Free panics. Conv1d, KDA, DSAIndex and
+//     SparseMLA of a batch that is not one row per sequence plan on the
+//     host from the layout (hostread.go, dsa.go, mla.go) and fail a
+//     capture; their decode forms (decode.go) plan on the device and
+//     are captured. MoE
 //     plans its routing on the device (moe.go), so a captured MoE
 //     replays whatever routing its inputs hold.
 //
@@ -270,12 +273,15 @@ func (g *graph) Close() error {
 	return nil
 }
 
-// ReplayableOps implements npu.GraphLimiter: Conv1d, KDA, DSAIndex and
-// SparseMLA plan their work on the host from the batch layout
-// (shadow.go) and bake it into what they enqueue, so a captured model
-// step would replay its capture's layout; engines run such steps eagerly.
-// Graphs of the other ops (GEMMs, norms, elementwise, MoE and MoEQ,
-// whose routing is planned on the device) replay correctly.
-func (b *Backend) ReplayableOps() error {
-	return errors.New("its Conv1d, KDA, DSAIndex and SparseMLA compositions plan on the host from the batch layout, so a captured decode step would replay the capture's layout")
-}
+// ReplayableOps implements npu.GraphLimiter and returns nil: a decode
+// step replays. Its Conv1d, KDA, DSAIndex and SparseMLA take their decode
+// forms (decode.go) for a batch of one row per sequence, which read the
+// layout from its device tensors, so a replay follows whatever layout
+// its fixed buffers were given; the other ops (GEMMs, norms,
+// elementwise, TopK, MoE and MoEQ, whose routing is planned on the
+// device) never depend on the layout. A prefill or mixed batch would
+// plan those four ops on the host (hostread.go, dsa.go, mla.go) and bake
+// its layout in: such an op refuses a capture (it fails with
+// npu.ErrCapturing), so what replays is decode steps only, which is what
+// engines capture (FULL_DECODE_ONLY).
+func (b *Backend) ReplayableOps() error { return nil }
