@@ -46,7 +46,7 @@ test-cuda:
 	NPUSERVE_TEST_DEVICE=cuda CGO_ENABLED=1 $(GO) test -count=1 ./engine/model/glm5next/
 	NPUSERVE_TEST_DEVICE=cuda CGO_ENABLED=1 $(GO) test -count=1 -run DecodeGraphs ./engine/core/
 
-## test-ascend: the golden and quantized fixtures, the serving tests (one
+## test-ascend: the golden and quantized fixtures, decode graphs, the serving tests (one
 ## rank and multi-rank, over the stand-in's libhccl), hccl/ascend's suite and
 ## selftest on --device ascend over the stand-in CANN (a test double built
 ## from C by tools/ascend/build-standin.sh; no NPU involved; about 15
@@ -56,6 +56,10 @@ STANDIN ?= $(CURDIR)/.standin
 test-ascend:
 	bash tools/ascend/build-standin.sh $(STANDIN)
 	ASCEND_HOME_PATH=$(STANDIN) NPUSERVE_TEST_DEVICE=ascend $(GO) test -count=1 -timeout 30m -run 'TestGolden$$' ./engine/model/glm5next/
+	# decode graphs (aclmdlRICapture) over the decode forms: model and engine
+	ASCEND_HOME_PATH=$(STANDIN) NPUSERVE_TEST_DEVICE=ascend $(GO) test -count=1 -timeout 30m \
+	  -run 'TestDecodeGraphsMatchEager|TestDecodeGraphLogits|TestCaptureDecodeGraphsRefused' ./engine/model/glm5next/
+	ASCEND_HOME_PATH=$(STANDIN) NPUSERVE_TEST_DEVICE=ascend $(GO) test -count=1 -timeout 30m -run 'TestDecodeGraphsGreedyMatchesRunner' ./engine/core/
 	# the quantized fixtures as an Ascend 950 (MXFP8 is 950-only)
 	ASCEND_HOME_PATH=$(STANDIN) STANDIN_SOC=Ascend950DT_9582 NPUSERVE_TEST_DEVICE=ascend $(GO) test -count=1 -timeout 30m \
 	  -run 'TestQuantizedAgreement|TestQuantizeLayout|TestLoadHandMadeMsmodelslim' ./engine/model/glm5next/
