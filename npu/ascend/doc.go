@@ -49,8 +49,19 @@
 // the device, uploaded over or freed; a layout without one is a
 // programming error and panics, never a hidden sync), and what their
 // plans need on the device is staged by enqueued uploads. That planning
-// bakes the layout into the enqueued work, so a graph captured with these
-// ops replays the layout of its capture.
+// bakes the layout into the enqueued work, so those paths refuse a graph
+// capture. A pure decode batch (NumRows == NumSeqs) takes instead the
+// decode forms of Conv1d, KDA, DSAIndex and SparseMLA (decode.go), which
+// read Pos, StateSlot and BlockTable from their device tensors and make
+// their constants on the device (aclnnArange): no shadow, no staged
+// copy, so a captured decode step replays whatever layout its fixed
+// buffers hold. Their cost per step: Conv1d 5-6 operators
+// (Conv1dUpdate), KDA 14 for the whole batch, DSAIndex about 20 (+13
+// with the tail rule) plus TopK's 4, scoring every pool the block table
+// reaches (MaxBlocks*BlockSize/KPool per row, masked by position) where
+// the host plan scores the visible ones only, SparseMLA about 20 per
+// chunk of rows plus a token-row table of MaxBlocks*BlockSize words per
+// row.
 // PrepareQuant, MatMulQ and MoEQ are in quant.go: int8 weights
 // transposed and cast to FRACTAL_NZ (aclnnNpuFormatCast), W8A8 static
 // (aclnnAscendQuantV3 + aclnnQuantMatmulWeightNz, int32 bias, deq scale),
@@ -79,7 +90,10 @@
 // Graph capture (npu.GraphCapturer, graph.go): aclmdlRICaptureBegin in
 // THREAD_LOCAL mode on the device thread, executors made repeatable and
 // workspaces and scratch owned by the graph while capturing,
-// aclmdlRIExecuteAsync to replay, aclmdlRIDestroy on Close.
+// aclmdlRIExecuteAsync to replay, aclmdlRIDestroy on Close. Every op
+// replays in a decode step (ReplayableOps is nil), so decode graphs
+// (FULL_DECODE_ONLY) are captured on ascend as on cuda; like the rest,
+// they have run against the stand-in only.
 //
 // Status, honestly: this code has run only against the stand-in CANN in
 // testdata/standin, a test double written by us from the public API
