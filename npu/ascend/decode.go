@@ -27,10 +27,10 @@ import (
 //
 // Costs per call (B rows): Conv1d is Conv1dUpdate (5-6 operators); KDA 14
 // operators over the batch (the state slots gathered, stepped for every
-// head at once, written back); DSAIndex about 20 operators (+9 with Tail)
+// head at once, written back); DSAIndex about 27 operators (+19 with Tail)
 // plus TopK's 4 over V = MaxBlocks*BlockSize/KPool pools per row, every
 // pool the block table can reach, masked by the row's position, where the
-// host plan scores only the visible ones; SparseMLA 20 operators per chunk
+// host plan scores only the visible ones; SparseMLA about 18 operators per chunk
 // of rows plus a token-row table of MaxBlocks*BlockSize words per row.
 
 // decodeBatch reports whether seqs is a pure decode batch, the decode
@@ -257,7 +257,7 @@ func (b *Backend) dsaDecode(out, q, w, pooled *npu.Tensor, seqs *npu.SeqLayout, 
 }
 
 // dsaDecodeTail adds (tail position + 1) on each row's tail entries to y
-// [B, width] (device thread; 13 operators).
+// [B, width] (device thread; 19 operators).
 func (b *Backend) dsaDecodeTail(y, posF, m, one *npu.Tensor, B, V, kp, width, topk int) {
 	vec := func() *npu.Tensor { return b.scratch(npu.F32, B) }
 	vis, n, lo, hi, sh := vec(), vec(), vec(), vec(), vec()

@@ -56,10 +56,10 @@
 // their constants on the device (aclnnArange): no shadow, no staged
 // copy, so a captured decode step replays whatever layout its fixed
 // buffers hold. Their cost per step: Conv1d 5-6 operators
-// (Conv1dUpdate), KDA 14 for the whole batch, DSAIndex about 20 (+13
+// (Conv1dUpdate), KDA 14 for the whole batch, DSAIndex about 27 (+19
 // with the tail rule) plus TopK's 4, scoring every pool the block table
 // reaches (MaxBlocks*BlockSize/KPool per row, masked by position) where
-// the host plan scores the visible ones only, SparseMLA about 20 per
+// the host plan scores the visible ones only, SparseMLA about 18 per
 // chunk of rows plus a token-row table of MaxBlocks*BlockSize words per
 // row.
 // PrepareQuant, MatMulQ and MoEQ are in quant.go: int8 weights

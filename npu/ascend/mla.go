@@ -163,7 +163,7 @@ func (b *Backend) mlaChunk(out, q, latents, kv, sel, tab, offs, one *npu.Tensor,
 
 // mlaAttend is the attention of SparseMLA's rows [t0, t0+n) over their
 // gathered latents lat F32 [n*W, R] with mask F32 [n, W] (1 used, 0 not;
-// device thread): 13 operators.
+// device thread): 11 operators.
 func (b *Backend) mlaAttend(out, q, kv, lat, mask *npu.Tensor, t0, n, H, dk, dv, R, W int, scale float32) {
 	// bias = mask*(-mlaMasked) + mlaMasked: 0 where used, mlaMasked where not.
 	bias := b.scratch(npu.F32, n, W)
