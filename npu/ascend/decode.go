@@ -39,6 +39,25 @@ func decodeBatch(seqs *npu.SeqLayout) bool {
 	return seqs != nil && seqs.NumSeqs > 0 && seqs.NumRows == seqs.NumSeqs
 }
 
+// oneRowEach checks, where QueryStart's upload shadow is at hand (not
+// during a capture, whose buffers are uploaded later), that a decode
+// batch really has one row per sequence (QueryStart = 0..B), and panics
+// otherwise: the decode forms do not read QueryStart.
+func (b *Backend) oneRowEach(op string, seqs *npu.SeqLayout) {
+	if b.cap != nil || seqs.QueryStart == nil || seqs.QueryStart.Numel() < seqs.NumSeqs+1 {
+		return
+	}
+	qs, ok := b.hostI32(seqs.QueryStart.Reshape(-1).Rows(0, seqs.NumSeqs+1))
+	if !ok {
+		return
+	}
+	for i, v := range qs {
+		if int(v) != i {
+			panic(fmt.Sprintf("ascend: %s: %d rows over %d sequences with QueryStart %v: a decode batch has one row per sequence", op, seqs.NumRows, seqs.NumSeqs, qs))
+		}
+	}
+}
+
 // hostPlanned fails a capture in progress with op's refusal: op is about
 // to plan on the host from the layout (not a decode batch), which a
 // graph would replay with its capture's layout. It reports whether it did.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/npuserve/npuserve/npu"
@@ -322,4 +323,41 @@ func TestDecodeFormsRefusedOffDecode(t *testing.T) {
 	prefill.step(b, onA, as)
 	prefill.step(c, func(p pair) *npu.Tensor { return p.c }, cs)
 	prefill.compare(t, b, c, "prefill batch, eager")
+}
+
+// TestDecodeFormsCheckRows: a batch with as many rows as sequences but
+// not one each (rows 2 and 0) is not taken for a decode batch silently:
+// the decode forms check QueryStart's upload shadow and panic.
+func TestDecodeFormsCheckRows(t *testing.T) {
+	b := newBackend(t)
+	c := cpu.New(1)
+	r := rand.New(rand.NewPCG(7, 8))
+	l := &npu.BatchLayout{QueryStart: []int{0, 2, 2}, Pos: []int{3, 9}, StateSlot: []int{1, 0}, BlockSize: dcBS,
+		BlockTables: [][]int32{{2}, {0, 3}}}
+	dc := newDecodeCase(t, b, c, r, 2)
+	as, buf, err := l.Upload(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free(buf)
+	for _, op := range []struct {
+		name string
+		run  func()
+	}{
+		{"Conv1d", func() { b.Conv1d(dc.convOut.a, dc.x.a, dc.conv.a, dc.cw.a, as, true) }},
+		{"KDA", func() { b.KDA(dc.kdaOut.a, dc.qkv.a, dc.g.a, dc.beta.a, dc.state.a, as, dcH, dcK, 0) }},
+		{"DSAIndex", func() {
+			b.DSAIndex(dc.dsaOut.a, dc.qi.a, dc.wi.a, dc.pooled.a, as, npu.IndexParams{TopKPools: dcTop, KPool: dcKP, Tail: true, Scale: 0.5})
+		}},
+		{"SparseMLA", func() { b.SparseMLA(dc.mlaOut.a, dc.qa.a, dc.lat.a, dc.kvB.a, dc.sel.a, as, dcHA, dcDk, dcDk, 0.3) }},
+	} {
+		msg := func() (msg string) {
+			defer func() { msg = fmt.Sprint(recover()) }()
+			op.run()
+			return ""
+		}()
+		if !strings.Contains(msg, "one row per sequence") {
+			t.Errorf("%s of rows 2 and 0: %q, want a panic naming one row per sequence", op.name, msg)
+		}
+	}
 }

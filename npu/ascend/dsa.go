@@ -67,6 +67,7 @@ func (b *Backend) DSAIndex(out, q, w, pooled *npu.Tensor, seqs *npu.SeqLayout, p
 		return
 	}
 	if decodeBatch(seqs) {
+		b.oneRowEach("DSAIndex", seqs)
 		checkDecodeLayout("DSAIndex", seqs, true)
 		b.dsaDecode(out, q, w, pooled, seqs, Hi, d, nslots, width, p)
 		return

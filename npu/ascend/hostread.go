@@ -45,6 +45,7 @@ func (b *Backend) Conv1d(out, x, state, w *npu.Tensor, seqs *npu.SeqLayout, silu
 		return
 	}
 	if decodeBatch(seqs) {
+		b.oneRowEach("Conv1d", seqs)
 		b.Conv1dUpdate(out, x, state, w, seqs, silu)
 		return
 	}
@@ -158,6 +159,7 @@ func (b *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout,
 		return
 	}
 	if decodeBatch(seqs) {
+		b.oneRowEach("KDA", seqs)
 		if seqs.StateSlot.Numel() < B || seqs.StateSlot.DType() != npu.I32 {
 			panic(fmt.Sprintf("ascend: KDA decode form needs I32 state slots for %d sequences; got %v", B, seqs.StateSlot))
 		}

@@ -84,6 +84,7 @@ func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Seq
 		return
 	}
 	if decodeBatch(seqs) {
+		b.oneRowEach("SparseMLA", seqs)
 		checkDecodeLayout("SparseMLA", seqs, true)
 		b.do(func() {
 			one := b.scratch(npu.I32, 1)
