@@ -366,11 +366,11 @@ type GraphCapturer interface {
 }
 
 // GraphLimiter is implemented by capturing backends some of whose ops
-// cannot be replayed with new inputs (the Ascend backend plans several
-// composed ops on the host from the batch layout, so a graph would replay
-// its capture's layout): ReplayableOps says why a model step must not be
-// captured, or returns nil. Engines fall back to eager steps when it
-// returns an error.
+// may not replay with new inputs (an op planned on the host from the
+// batch layout would replay its capture's layout; the Ascend backend
+// plans its layout ops on the device for decode batches and says nil):
+// ReplayableOps says why a model step must not be captured, or returns
+// nil. Engines fall back to eager steps when it returns an error.
 type GraphLimiter interface {
 	ReplayableOps() error
 }
