@@ -28,9 +28,23 @@ const (
 	// at run time with ScaleAlg (npu_dynamic_mx_quant); out = sum over
 	// blocks of the blocks' scales times the E4M3 dot products.
 	QMXFP8
+	// QFP8Block (FP8_BLOCK128, the HF/DeepSeek "fp8" checkpoints with
+	// weight_block_size [128, 128]): E4M3 weights [N, K] or [E, N, K]
+	// with one F32 scale per 128x128 weight block (weight_scale_inv,
+	// [ceil(N/128), ceil(K/128)] or [E, ...]); activations are quantized
+	// at run time per token per 128 columns to E4M3 with scale
+	// s = max(amax/448, 1e-12) (DeepSeek's act_quant); out[m, n] = sum
+	// over k blocks kb of xs[m, kb] * Scale[n/128, kb] times the E4M3 dot
+	// product of x's and w's block.
+	QFP8Block
 )
 
-// String is the msmodelslim scheme name.
+// FP8Block is the FP8_BLOCK128 block edge: weight blocks are
+// FP8Block x FP8Block, activation groups FP8Block columns.
+const FP8Block = 128
+
+// String is the msmodelslim scheme name (FP8_BLOCK128 for the HF block
+// FP8 checkpoints, which msmodelslim does not name).
 func (s QScheme) String() string {
 	switch s {
 	case QW8A8Dynamic:
@@ -39,6 +53,8 @@ func (s QScheme) String() string {
 		return "W8A8"
 	case QMXFP8:
 		return "W8A8_MXFP8"
+	case QFP8Block:
+		return "FP8_BLOCK128"
 	}
 	return fmt.Sprintf("QScheme(%d)", int(s))
 }
@@ -67,12 +83,15 @@ func SupportsQuant(be Backend, s QScheme) error {
 // use. The tensors must stay alive and unchanged while the weight is used.
 type QuantWeight struct {
 	Scheme QScheme
-	// Weight holds I8 (W8A8, W8A8_DYNAMIC) or F8E4M3 (MXFP8) elements,
-	// [N, K] or [E, N, K].
+	// Weight holds I8 (W8A8, W8A8_DYNAMIC) or F8E4M3 (MXFP8,
+	// FP8_BLOCK128) elements, [N, K] or [E, N, K].
 	Weight *Tensor
 	// Scale is the per-output-channel scale of W8A8_DYNAMIC (F32 [N] or
 	// [E, N]) or the E8M0 block scales of MXFP8 (U8 [N, ceil(K/GroupSize)]
-	// or [E, N, ceil(K/GroupSize)]); nil for static W8A8.
+	// or [E, N, ceil(K/GroupSize)]), or the F32 block scales of
+	// FP8_BLOCK128, one per GroupSize x GroupSize weight block
+	// ([ceil(N/128), ceil(K/128)] or [E, ceil(N/128), ceil(K/128)]), by
+	// which the E4M3 values are multiplied; nil for static W8A8.
 	Scale *Tensor
 	// InputScale and InputOffset are static W8A8's per-tensor activation
 	// scale and zero point.
@@ -81,7 +100,8 @@ type QuantWeight struct {
 	// QuantBias (I32 [N]) and DeqScale (F32 [N]) are static W8A8's folded
 	// bias and dequantisation scale.
 	QuantBias, DeqScale *Tensor
-	// GroupSize is the MX block along K (32).
+	// GroupSize is the MX block along K (32), or the FP8_BLOCK128 block
+	// edge (128, for both the weight blocks and the activation groups).
 	GroupSize int
 	// ScaleAlg is the MX activation scale algorithm: 0 = OCP (shared
 	// exponent floor(log2(amax)) - 8), 1 = amax/448 rounded up to a power
@@ -175,6 +195,18 @@ func (w *QuantWeight) Check() error {
 			return fmt.Errorf("W8A8_MXFP8 weight %v: scale algorithm %d (want 0 or 1)", w.Weight, w.ScaleAlg)
 		}
 		return want(w.Scale, "Scale", U8, append(append([]int(nil), lead...), (w.K()+w.GroupSize-1)/w.GroupSize)...)
+	case QFP8Block:
+		if w.Weight.DType() != F8E4M3 {
+			return fmt.Errorf("FP8_BLOCK128 weight must be F8_E4M3, got %v", w.Weight)
+		}
+		if w.GroupSize != FP8Block {
+			return fmt.Errorf("FP8_BLOCK128 weight %v: group size %d (want %d)", w.Weight, w.GroupSize, FP8Block)
+		}
+		shape := []int{(w.N() + FP8Block - 1) / FP8Block, (w.K() + FP8Block - 1) / FP8Block}
+		if w.Experts() > 0 {
+			shape = append([]int{w.Experts()}, shape...)
+		}
+		return want(w.Scale, "Scale", F32, shape...)
 	}
 	return fmt.Errorf("quantized weight %v has no scheme", w.Weight)
 }

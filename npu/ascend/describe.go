@@ -45,10 +45,27 @@ func (b *Backend) Describe() map[string]string {
 
 // SupportsQuant implements npu.QuantSupporter: W8A8_MXFP8 runs on the
 // Ascend 950 only (aclnnDynamicMxQuant and the MX quant matmul are
-// documented for it alone); the int8 schemes run everywhere.
+// documented for it alone); the int8 schemes run everywhere;
+// FP8_BLOCK128 runs nowhere (see quantSupport).
 func (b *Backend) SupportsQuant(s npu.QScheme) error {
-	if s == npu.QMXFP8 && Preset(b.SocName()) != "950dt" {
-		return fmt.Errorf("ascend: %v needs an Ascend 950 (aclnnDynamicMxQuant); this SoC is %s", s, b.SocName())
+	return quantSupport(s, b.SocName())
+}
+
+// quantSupport says why scheme s cannot run on SoC soc (nil when it can).
+// FP8_BLOCK128 is refused on every SoC: no path for 128x128 weight blocks
+// with F32 scales (and 128-column activation groups) is written against
+// CANN's quant matmuls, so loaders dequantise such checkpoints instead.
+func quantSupport(s npu.QScheme, soc string) error {
+	switch s {
+	case npu.QW8A8Dynamic, npu.QW8A8:
+		return nil
+	case npu.QMXFP8:
+		if Preset(soc) != "950dt" {
+			return fmt.Errorf("ascend: %v needs an Ascend 950 (aclnnDynamicMxQuant); this SoC is %s", s, soc)
+		}
+		return nil
+	case npu.QFP8Block:
+		return fmt.Errorf("ascend: %v (128x128 F32 block scales) has no CANN path in npuserve; dequantise the weights", s)
 	}
-	return nil
+	return fmt.Errorf("ascend: unknown quantization scheme %v", s)
 }

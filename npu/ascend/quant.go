@@ -230,6 +230,8 @@ func (b *Backend) prepare(w *npu.QuantWeight) *qprep {
 		for e := range E {
 			b.mxScaleLayout(p, w.Scale, e, nb)
 		}
+	default:
+		panic(fmt.Sprintf("ascend: quantized weight %v: %v", w, quantSupport(w.Scheme, b.SocName())))
 	}
 	// Expert stacks stay ND [E, K, N]: the grouped matmul MoEQ uses
 	// (aclnnGroupedMatmulV4) takes one 3-D ND weight; its FRACTAL_NZ form

@@ -108,6 +108,34 @@ func TestNZReorders(t *testing.T) {
 	}
 }
 
+// TestQuantSupport: the int8 schemes run on every SoC, W8A8_MXFP8 on
+// the 950 only, FP8_BLOCK128 nowhere (no CANN path), each refusal with a
+// reason that names the scheme.
+func TestQuantSupport(t *testing.T) {
+	cases := []struct {
+		s    npu.QScheme
+		soc  string
+		want string // "" = supported; else a substring of the refusal
+	}{
+		{npu.QW8A8Dynamic, "Ascend910B3", ""},
+		{npu.QW8A8, "Ascend910_9391", ""},
+		{npu.QMXFP8, "Ascend950DT", ""},
+		{npu.QMXFP8, "Ascend910B3", "needs an Ascend 950"},
+		{npu.QFP8Block, "Ascend910B3", "FP8_BLOCK128"},
+		{npu.QFP8Block, "Ascend950DT", "no CANN path"},
+		{npu.QNone, "Ascend910B3", "unknown"},
+	}
+	for _, c := range cases {
+		err := quantSupport(c.s, c.soc)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v on %s: %v, want supported", c.s, c.soc, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v on %s: %v, want a refusal containing %q", c.s, c.soc, err, c.want)
+		}
+	}
+}
+
 // TestMXFP8NeedsA950: the MX operators are documented for the 950 only;
 // on the stand-in's default A2 SoC the failure names the rule at Sync.
 func TestMXFP8NeedsA950(t *testing.T) {

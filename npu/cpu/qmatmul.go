@@ -96,7 +96,10 @@ type qprep struct {
 	recip   float32 // 1/InputScale
 	offset  int32   // InputOffset
 	mxScale []byte  // [E][N][nb] E8M0 bytes
-	nb      int     // MX blocks per row
+	nb      int     // MX blocks per row (FP8_BLOCK128: 128-column blocks)
+	// blkScale are FP8_BLOCK128's F32 weight block scales
+	// [E][ceil(N/128)][nb].
+	blkScale []float32
 }
 
 // PrepareQuant converts w into the CPU compute form (packed int8 panels
@@ -131,6 +134,10 @@ func (be *Backend) prepare(w *npu.QuantWeight, k *i8Kernels) *qprep {
 	case npu.QMXFP8:
 		p.mxScale = bytesOf(w.Scale)
 		p.nb = (p.K + w.GroupSize - 1) / w.GroupSize
+		return p
+	case npu.QFP8Block:
+		p.blkScale = F32(w.Scale)
+		p.nb = (p.K + npu.FP8Block - 1) / npu.FP8Block
 		return p
 	}
 	if k == i8Portable {
@@ -204,6 +211,9 @@ func (be *Backend) matMulQ(p *qprep, e int, w *npu.QuantWeight, o, xv []float32,
 	switch w.Scheme {
 	case npu.QMXFP8:
 		be.mxfp8(p, e, w, o, xv, M)
+		return
+	case npu.QFP8Block:
+		be.fp8block(p, e, o, xv, M)
 		return
 	}
 	if K > maxI8K {
@@ -456,27 +466,59 @@ func mxChunkBytes(M int) int { return min(max(512<<10, M*(64<<10)), 32<<20) }
 
 // mxfp8 computes out = MX(x) · MX(w_e)^T: activations MX-quantized per
 // block (exactly representable in float32), weights expanded to float32 a
-// chunk of rows at a time, products on the float32 MatMul kernels. With
-// enough chunks each thread expands and multiplies its own (while they
-// are in its cache); otherwise the chunks go one by one through the
-// multi-threaded MatMul.
+// chunk of rows at a time, products on the float32 MatMul kernels (see
+// fp8GEMM).
 func (be *Backend) mxfp8(p *qprep, e int, w *npu.QuantWeight, o, xv []float32, M int) {
 	N, K, G := p.N, p.K, w.GroupSize
+	alg := quant.ScaleAlg(w.ScaleAlg)
+	raw := p.raw[e*N*K : (e+1)*N*K]
+	scales := p.mxScale[e*N*p.nb : (e+1)*N*p.nb]
+	simd := hasE4M3Decode && activeKernels != &goKernels
+	be.fp8GEMM(p, o, xv, M,
+		func(row []float32) { quant.MXFakeQuant(row, G, alg) },
+		func(dst []float32, n int, mul []float32) []float32 {
+			return decodeMXRow(dst, raw[n*K:(n+1)*K], scales[n*p.nb:(n+1)*p.nb], G, simd, mul)
+		})
+}
+
+// fp8block computes out = Q(x) · W_e^T for FP8_BLOCK128: activations
+// fake-quantized per token per 128 columns (E4M3 times an F32 scale,
+// exactly representable in float32), weight rows expanded with their
+// block's F32 scales, products on the float32 MatMul kernels (see
+// fp8GEMM). Up to float32 summation order this is
+// sum_kb xs[m,kb] * ws[n/128,kb] * dot_e4m3(x block, w block).
+func (be *Backend) fp8block(p *qprep, e int, o, xv []float32, M int) {
+	N, K, B := p.N, p.K, npu.FP8Block
+	nbN := (N + B - 1) / B
+	raw := p.raw[e*N*K : (e+1)*N*K]
+	scales := p.blkScale[e*nbN*p.nb : (e+1)*nbN*p.nb]
+	simd := hasE4M3Decode && activeKernels != &goKernels
+	be.fp8GEMM(p, o, xv, M,
+		func(row []float32) { quant.FP8ActFakeQuant(row, B) },
+		func(dst []float32, n int, mul []float32) []float32 {
+			return decodeBlockRow(dst, raw[n*K:(n+1)*K], scales[(n/B)*p.nb:(n/B+1)*p.nb], simd, mul)
+		})
+}
+
+// fp8GEMM computes o = x' · W^T with x' the rows of x fake-quantized by
+// actQ and W's rows expanded to float32 by decode (row n into dst; mul is
+// scratch it returns for reuse), a chunk of rows at a time, on the
+// float32 MatMul kernels. With enough chunks each thread expands and
+// multiplies its own (while they are in its cache); otherwise the chunks
+// go one by one through the multi-threaded MatMul.
+func (be *Backend) fp8GEMM(p *qprep, o, xv []float32, M int, actQ func(row []float32), decode func(dst []float32, n int, mul []float32) []float32) {
+	N, K := p.N, p.K
 	xt, xbuf := scratchF32(M, K)
 	defer mxPool.Put(xbuf)
 	xs := F32(xt)
 	copy(xs, xv[:M*K])
-	alg := quant.ScaleAlg(w.ScaleAlg)
 	be.parallelFor(M, 1, func(lo, hi int) {
 		for m := lo; m < hi; m++ {
-			quant.MXFakeQuant(xs[m*K:(m+1)*K], G, alg)
+			actQ(xs[m*K : (m+1)*K])
 		}
 	})
 	rows := min(N, max(1, mxChunkBytes(M)/(4*K)))
 	chunks := (N + rows - 1) / rows
-	raw := p.raw[e*N*K : (e+1)*N*K]
-	scales := p.mxScale[e*N*p.nb : (e+1)*N*p.nb]
-	simd := hasE4M3Decode && activeKernels != &goKernels
 	step := func(mm *Backend, wt, ot *npu.Tensor, n0 int) {
 		nc := min(rows, N-n0)
 		wc := wt.Rows(0, nc)
@@ -484,7 +526,7 @@ func (be *Backend) mxfp8(p *qprep, e int, w *npu.QuantWeight, o, xv []float32, M
 		mm.parallelFor(nc, 4, func(lo, hi int) {
 			var mul []float32
 			for r := lo; r < hi; r++ {
-				mul = decodeMXRow(ws[r*K:(r+1)*K], raw[(n0+r)*K:(n0+r+1)*K], scales[(n0+r)*p.nb:(n0+r+1)*p.nb], G, simd, mul)
+				mul = decode(ws[r*K:(r+1)*K], n0+r, mul)
 			}
 		})
 		oc := ot.Rows(0, M*nc).Reshape(M, nc)
@@ -566,6 +608,38 @@ func decodeMXRow(dst []float32, q, scales []byte, group int, simd bool, mul []fl
 		for i := lo; i < min(lo+group, K); i++ {
 			dst[i] = npu.E4M3ToF32(q[i]) * sc
 		}
+	}
+	return mul
+}
+
+// decodeBlockRow expands one FP8_BLOCK128 weight row:
+// dst[i] = E4M3(q[i]) * scales[i/128]. Whole 32-element blocks go through
+// the SIMD expansion when simd is set (and 2^8 times every scale is
+// finite); mul is scratch, returned for reuse.
+func decodeBlockRow(dst []float32, q []byte, scales []float32, simd bool, mul []float32) []float32 {
+	K := len(dst)
+	full := K / 32
+	if simd && full > 0 {
+		mul = grow(mul, full)
+		ok := true
+		for b := range full {
+			m := scales[b*32/npu.FP8Block] * 256
+			if math.IsInf(float64(m), 0) || m != m {
+				ok = false
+				break
+			}
+			mul[b] = m
+		}
+		if ok {
+			e4m3DecodeSIMD(dst, q, mul[:full])
+			for i := full * 32; i < K; i++ {
+				dst[i] = npu.E4M3ToF32(q[i]) * scales[i/npu.FP8Block]
+			}
+			return mul
+		}
+	}
+	for i := range K {
+		dst[i] = npu.E4M3ToF32(q[i]) * scales[i/npu.FP8Block]
 	}
 	return mul
 }

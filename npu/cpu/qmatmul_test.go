@@ -221,12 +221,27 @@ func TestMatMulQOp(t *testing.T) {
 func TestMoEQ(t *testing.T) {
 	be := New(2)
 	rng := rand.New(rand.NewPCG(25, 26))
-	T, D, I, E, k := 11, 40, 24, 5, 2
-	for _, s := range []quant.Scheme{quant.W8A8Dynamic, quant.W8A8MXFP8} {
+	T, D, I, E, k := 11, 140, 72, 5, 2
+	schemes := []struct {
+		name string
+		make func(w []float32, E, n, k int) *npu.QuantWeight
+	}{
+		{"W8A8_DYNAMIC", func(w []float32, E, n, k int) *npu.QuantWeight {
+			return makeQuantWeight(t, be, w, E, n, k, quant.W8A8Dynamic, 0, 0)
+		}},
+		{"W8A8_MXFP8", func(w []float32, E, n, k int) *npu.QuantWeight {
+			return makeQuantWeight(t, be, w, E, n, k, quant.W8A8MXFP8, 0, 0)
+		}},
+		{"FP8_BLOCK128", func(w []float32, E, n, k int) *npu.QuantWeight {
+			return makeFP8BlockWeight(t, be, w, E, n, k)
+		}},
+	}
+	for _, sc := range schemes {
+		s := sc.name
 		gw := randF32(rng, E*2*I*D, 0.1)
 		dw := randF32(rng, E*D*I, 0.1)
-		gu := makeQuantWeight(t, be, gw, E, 2*I, D, s, 0, 0)
-		dn := makeQuantWeight(t, be, dw, E, D, I, s, 0, 0)
+		gu := sc.make(gw, E, 2*I, D)
+		dn := sc.make(dw, E, D, I)
 		x := randF32(rng, T*D, 1)
 		ids := make([]int32, T*k)
 		wts := make([]float32, T*k)

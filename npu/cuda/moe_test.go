@@ -186,3 +186,27 @@ func TestQlatSlices(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantSupport: the int8 schemes and MXFP8 run, FP8_BLOCK128 (no
+// kernels yet) and unknown schemes are refused with a reason, so that
+// loaders dequantise block-FP8 checkpoints instead of handing the ops a
+// weight they cannot compute.
+func TestQuantSupport(t *testing.T) {
+	b := &Backend{}
+	cases := []struct {
+		s    npu.QScheme
+		want string // "" = supported
+	}{
+		{npu.QW8A8Dynamic, ""}, {npu.QW8A8, ""}, {npu.QMXFP8, ""},
+		{npu.QFP8Block, "FP8_BLOCK128"}, {npu.QNone, "unknown"},
+	}
+	for _, c := range cases {
+		err := npu.SupportsQuant(b, c.s)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: %v, want supported", c.s, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v: %v, want a refusal containing %q", c.s, err, c.want)
+		}
+	}
+}

@@ -76,7 +76,26 @@ func (b *Backend) qprepared(w *npu.QuantWeight) *qdev {
 	return p
 }
 
+var _ npu.QuantSupporter = (*Backend)(nil)
+
+// SupportsQuant implements npu.QuantSupporter: the int8 schemes and
+// W8A8_MXFP8 run; FP8_BLOCK128 is refused until its kernels (activation
+// quantizer, e4m3 block GEMM) exist, so loaders dequantise block-FP8
+// checkpoints and the selftest skips its cases.
+func (b *Backend) SupportsQuant(s npu.QScheme) error {
+	switch s {
+	case npu.QW8A8Dynamic, npu.QW8A8, npu.QMXFP8:
+		return nil
+	case npu.QFP8Block:
+		return fmt.Errorf("cuda: %v has no kernels in this build; dequantise the weights", s)
+	}
+	return fmt.Errorf("cuda: unknown quantization scheme %v", s)
+}
+
 func (b *Backend) prepareQuant(w *npu.QuantWeight) *qdev {
+	if err := b.SupportsQuant(w.Scheme); err != nil {
+		panic(fmt.Sprintf("cuda: quantized weight %v: %v", w, err))
+	}
 	E := max(w.Experts(), 1)
 	p := &qdev{scheme: w.Scheme, E: E, N: w.N(), K: w.K(), kp: (w.K() + 15) / 16 * 16, w: b.ptr(w.Weight)}
 	switch w.Scheme {

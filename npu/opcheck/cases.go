@@ -426,6 +426,32 @@ func Cases() []*Case {
 			}})
 	}
 
+	// Block FP8 (FP8_BLOCK128): sizes across and off the 128 blocks.
+	fp8Block := func(be npu.Backend) bool { return npu.SupportsQuant(be, npu.QFP8Block) == nil }
+	add(&Case{Op: "MatMulQ", Name: "FP8_BLOCK128 9x200x300 (PrepareQuant)", Tol: tolQuant, needs: fp8Block,
+		Why: "fp32 sums of E4M3 products; an activation on a rounding boundary may quantize one step apart",
+		setup: func(s *Side) (func(), []*npu.Tensor) {
+			const M, N, K = 9, 200, 300
+			x := s.f32(s.normal(M*K, 1), M, K)
+			w := fp8BlockWeight(s, s.normal(N*K, 0.05), 0, N, K)
+			s.be.PrepareQuant(w)
+			out := s.alloc(npu.F32, M, N)
+			return func() { s.be.MatMulQ(out, x, w) }, []*npu.Tensor{out}
+		}})
+	add(&Case{Op: "MoEQ", Name: "FP8_BLOCK128 T11 D160 E5 I136 top2", Tol: tolQuant, needs: fp8Block,
+		Why: "quantized expert products; an activation on a rounding boundary may quantize one step apart",
+		setup: func(s *Side) (func(), []*npu.Tensor) {
+			const T, D, E, I, k = 11, 160, 5, 136, 2
+			gu := fp8BlockWeight(s, s.normal(E*2*I*D, 0.1), E, 2*I, D)
+			dn := fp8BlockWeight(s, s.normal(E*D*I, 0.1), E, D, I)
+			s.be.PrepareQuant(gu)
+			s.be.PrepareQuant(dn)
+			x := s.randn(npu.F32, 1, T, D)
+			out := s.randn(npu.F32, 1, T, D)
+			ids, w := moeRouting(s, T, E, k)
+			return func() { s.be.MoEQ(out, x, gu, dn, w, ids, 7) }, []*npu.Tensor{out}
+		}})
+
 	// Sampling.
 	add(&Case{Op: "SampleReduce", Name: "5x301 k7 with NaN and infinities", Tol: tolExact, Why: "values are compared and copied, counts are counts",
 		needs: func(be npu.Backend) bool { _, ok := be.(npu.SampleReducer); return ok },
@@ -794,6 +820,27 @@ func quantWeight(s *Side, w []float32, E, n, k int, sch quant.Scheme, actLo, act
 		qw.Weight = s.bytes(npu.F8E4M3, wb, append(slices.Clone(lead), k)...)
 		qw.Scale = s.bytes(npu.U8, sb, append(slices.Clone(lead), (k+31)/32)...)
 	}
+	must(qw.Check())
+	return qw
+}
+
+// fp8BlockWeight quantizes w [E][n][k] (E = 0: a linear) to
+// FP8_BLOCK128, E4M3 with an F32 scale per 128x128 block, as a block-FP8
+// checkpoint stores it.
+func fp8BlockWeight(s *Side, w []float32, E, n, k int) *npu.QuantWeight {
+	B := npu.FP8Block
+	nb, kb := (n+B-1)/B, (k+B-1)/B
+	q := make([]byte, max(E, 1)*n*k)
+	sc := make([]float32, max(E, 1)*nb*kb)
+	for e := range max(E, 1) {
+		must(quant.FP8BlockQuantize(q[e*n*k:(e+1)*n*k], sc[e*nb*kb:(e+1)*nb*kb], w[e*n*k:(e+1)*n*k], n, k, B))
+	}
+	wshape, sshape := []int{n, k}, []int{nb, kb}
+	if E > 0 {
+		wshape, sshape = append([]int{E}, wshape...), append([]int{E}, sshape...)
+	}
+	qw := &npu.QuantWeight{Scheme: npu.QFP8Block, GroupSize: B,
+		Weight: s.bytes(npu.F8E4M3, q, wshape...), Scale: s.f32(sc, sshape...)}
 	must(qw.Check())
 	return qw
 }
