@@ -10,7 +10,7 @@
 #                                        # "ops model bench hf"; also
 #                                        # graphs, selftest, memcheck, mtp,
 #                                        # mtp-train, spec-slice, serve,
-#                                        # bench-serve, nccl)
+#                                        # bench-serve, nccl, ncu)
 #
 # With the device tool: run `build`, then call run with carry [".gpu"] and
 # the command `bash tools/cuda/run-on-gpu.sh run`. What comes back in $OUT:
@@ -92,6 +92,17 @@ session)
 						--batch ${BENCH_BATCH:-1,8,32,128} --context ${BENCH_CONTEXT:-1024} --steps ${BENCH_STEPS:-16} 2>&1 | tee -a "$out/bench-graphs-$cfg.log" || rc=1
 				done
 			done
+			;;
+		ncu)
+			# Exact per-kernel GPU time of eager decode (Nsight Compute, one
+			# pass per kernel, caches and clocks left alone), NCU_ARGS for
+			# the bench decode arguments; the CSV comes back for analysis.
+			ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
+			[ -n "$ncu" ] && timeout ${NCU_S:-300} "$ncu" --clock-control none --cache-control none --csv --page raw \
+				--metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size,launch__block_size \
+				.gpu/npuserve bench decode --device cuda ${NCU_ARGS:---config configs/slice/config.json --batch 1 --context 64 --steps 3} \
+				>"$out/ncu.csv" 2>"$out/ncu.err" || rc=1
+			tail -3 "$out/ncu.err"; wc -l "$out/ncu.csv"
 			;;
 		hf)
 			timeout ${HF_S:-200} python3 tools/bench/hf_decode.py --config configs/small/config.json --batch 1,16 --context 64 --steps 32 2>&1 | tail -5 | tee "$out/hf-decode.log" || rc=1
