@@ -363,15 +363,7 @@ func (b *Backend) mlaDecode(out, q, latents, kv, sel *npu.Tensor, seqs *npu.SeqL
 		b.launch(C.NPU_OP_GATHER, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
 			return C.npu_gather(c.view(tok, t0*P, []int{n, P}, nil), 1, c.tensor(ci, nil, nil), c.tensor(rowsIdx, nil, nil), ws, ex)
 		})
-		idx := b.scratch(npu.I32, n, W)
-		b.launch(C.NPU_OP_ADD, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
-			return C.npu_add(c.view(sel, t0*W, ent, nil), c.tensor(one, nil, nil), c.scalar(1), c.tensor(idx, nil, nil), ws, ex)
-		})
-		mask := b.scratch(npu.F32, n, W)
-		b.cast(mask, idx)
-		b.launch(C.NPU_OP_CLAMP, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
-			return C.npu_clamp(c.tensor(mask, nil, nil), c.scalar(0), c.scalar(1), c.tensor(mask, nil, nil), ws, ex)
-		})
+		_, mask := b.selMask(sel, one, t0, n, W)
 		lat := b.scratch(latents.DType(), n*W, R)
 		b.launch(C.NPU_OP_EMBEDDING, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
 			return C.npu_embedding(c.tensor(latents, nil, nil), c.tensor(rowsIdx, []int{n * W}, nil), c.tensor(lat, nil, nil), ws, ex)

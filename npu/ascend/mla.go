@@ -137,17 +137,8 @@ func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Seq
 // mlaChunk is SparseMLA for rows [t0, t1) (device thread).
 func (b *Backend) mlaChunk(out, q, latents, kv, sel, tab, offs, one *npu.Tensor, t0, t1, H, dk, dv, R, W int, scale float32) {
 	n := t1 - t0
-	ent := []int{n, W}
 	// idx = sel + 1 + offset of the row's table.
-	idx := b.scratch(npu.I32, n, W)
-	b.launch(C.NPU_OP_ADD, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
-		return C.npu_add(c.view(sel, t0*W, ent, nil), c.tensor(one, nil, nil), c.scalar(1), c.tensor(idx, nil, nil), ws, ex)
-	})
-	mask := b.scratch(npu.F32, n, W)
-	b.cast(mask, idx)
-	b.launch(C.NPU_OP_CLAMP, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
-		return C.npu_clamp(c.tensor(mask, nil, nil), c.scalar(0), c.scalar(1), c.tensor(mask, nil, nil), ws, ex)
-	})
+	idx, mask := b.selMask(sel, one, t0, n, W)
 	b.launch(C.NPU_OP_ADD, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
 		return C.npu_add(c.tensor(idx, nil, nil), c.view(offs, t0, []int{n, 1}, nil), c.scalar(1), c.tensor(idx, nil, nil), ws, ex)
 	})
@@ -212,4 +203,20 @@ func (b *Backend) mlaAttend(out, q, kv, lat, mask *npu.Tensor, t0, n, H, dk, dv,
 		return C.npu_batch_matmul(c.tensor(z, []int{H, n, R}, []int{R, H * R, 1}), c.view(kv, dk*R, []int{H, R, dv}, []int{hs, 1, R}),
 			c.view(out, t0*H*dv, []int{H, n, dv}, []int{dv, H * dv, 1}), 0, ws, ex)
 	})
+}
+
+// selMask returns idx = sel + 1 for rows [t0, t0+n) of sel [*, W] and the
+// F32 mask clamp(idx, 0, 1): 1 where a position was selected, 0 for -1.
+func (b *Backend) selMask(sel, one *npu.Tensor, t0, n, W int) (idx, mask *npu.Tensor) {
+	ent := []int{n, W}
+	idx = b.scratch(npu.I32, n, W)
+	b.launch(C.NPU_OP_ADD, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+		return C.npu_add(c.view(sel, t0*W, ent, nil), c.tensor(one, nil, nil), c.scalar(1), c.tensor(idx, nil, nil), ws, ex)
+	})
+	mask = b.scratch(npu.F32, n, W)
+	b.cast(mask, idx)
+	b.launch(C.NPU_OP_CLAMP, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+		return C.npu_clamp(c.tensor(mask, nil, nil), c.scalar(0), c.scalar(1), c.tensor(mask, nil, nil), ws, ex)
+	})
+	return idx, mask
 }
