@@ -48,6 +48,7 @@ type Backend struct {
 	plans     map[planKey]uintptr
 
 	errWord  uint64 // device int32[4]: code, op, value (report in common.cuh)
+	gemvCnt  uint64 // device int32[gemvSplitTiles], zero between launches: split-K k_gemv_tc's tile counts
 	errDirty bool   // a kernel that may report ran since the last check
 	err      error  // first failure of enqueued work, not yet reported
 
@@ -118,6 +119,12 @@ func New(ordinal int) (*Backend, error) {
 	if err = drvMemsetD8(b.ctx, b.errWord, 0, 16, b.stream); err != nil {
 		return nil, err
 	}
+	if b.gemvCnt, err = drvMemAlloc(b.ctx, 4*gemvSplitTiles, b.stream, false); err != nil {
+		return nil, err
+	}
+	if err = drvMemsetD8(b.ctx, b.gemvCnt, 0, 4*gemvSplitTiles, b.stream); err != nil {
+		return nil, err
+	}
 	if b.kern, err = loadKernels(b.ctx, b.arch); err != nil {
 		return nil, fmt.Errorf("%w: %w", err, npu.ErrUnavailable)
 	}
@@ -163,6 +170,9 @@ func (b *Backend) Close() error {
 	}
 	if b.errWord != 0 {
 		_ = drvMemFree(b.ctx, b.errWord, 0, false)
+	}
+	if b.gemvCnt != 0 {
+		_ = drvMemFree(b.ctx, b.gemvCnt, 0, false)
 	}
 	if b.stream != 0 {
 		_ = drvStreamDestroy(b.ctx, b.stream)

@@ -40,6 +40,10 @@ func TestGPUGEMV(t *testing.T) {
 		{"K = 8", 8, 33, 8},
 		{"K % 8 != 0: k_gemm_small", 3, 50, 129},
 		{"K % 8 != 0, M > 4: split cuBLASLt", 8, 50, 131},
+		{"split K: a gate's 128 columns", 1, 128, 4096},
+		{"split K: 64 columns, 8 rows", 8, 64, 4096},
+		{"split K (k_gemv_tc16), ragged slices", 13, 40, 3000},
+		{"split K: 496 columns", 2, 496, 4096},
 	} {
 		x := h.rand(npu.F32, 1, c.M, c.K)
 		w := h.rand(npu.BF16, 0.05, c.N, c.K)
@@ -87,23 +91,25 @@ func TestGPUGEMVNonFinite(t *testing.T) {
 // and a rerun gives the same bits.
 func TestGPUGEMVDeterministic(t *testing.T) {
 	h := newBoth(t, 32)
-	const N, K = 1000, 4096
-	x := h.rand(npu.F32, 1, 16, K)
-	w := h.rand(npu.BF16, 0.05, N, K)
-	var first []byte
-	for _, M := range []int{16, 16, 8, 1} {
-		o := h.zeros(npu.F32, M, N)
-		h.g.MatMul(o.g, x.g.Rows(0, M), w.g)
-		h.sync()
-		got, _ := h.bytes(o)
-		if first == nil {
-			first = got
-		} else if !bytes.Equal(got, first[:len(got)]) {
-			t.Errorf("MatMul N=%d K=%d: the first %d rows differ from theirs in a run of 16", N, K, M)
+	for _, N := range []int{1000, 128} { // 128: split K (gemvSplitK)
+		const K = 4096
+		x := h.rand(npu.F32, 1, 16, K)
+		w := h.rand(npu.BF16, 0.05, N, K)
+		var first []byte
+		for _, M := range []int{16, 16, 8, 1, 1} {
+			o := h.zeros(npu.F32, M, N)
+			h.g.MatMul(o.g, x.g.Rows(0, M), w.g)
+			h.sync()
+			got, _ := h.bytes(o)
+			if first == nil {
+				first = got
+			} else if !bytes.Equal(got, first[:len(got)]) {
+				t.Errorf("MatMul N=%d K=%d: the first %d rows differ from theirs in a run of 16", N, K, M)
+			}
+			h.free(o)
 		}
-		h.free(o)
+		h.free(x, w)
 	}
-	h.free(x, w)
 }
 
 // TestGPUMoEDecode runs MoE at the slice's expert shapes (hidden 4096,

@@ -141,7 +141,7 @@ func TestGPUSoftmax(t *testing.T) {
 
 func TestGPUNorms(t *testing.T) {
 	h := newBoth(t, 6)
-	for _, n := range []int{1, 31, 128, 1000, 6144 + 3} {
+	for _, n := range []int{1, 31, 128, 1000, 1536, 4096, 6144 + 3} {
 		groups := 5
 		x := h.rand(npu.F32, 3, groups, n)
 		gate := h.rand(npu.F32, 2, groups, n)
@@ -304,7 +304,7 @@ func TestGPUMatMul(t *testing.T) {
 
 func TestGPUHC(t *testing.T) {
 	h := newBoth(t, 10)
-	for _, c := range []struct{ T, n, D, iters int }{{1, 4, 64, 20}, {7, 4, 257, 20}, {3, 2, 1024, 1}, {5, 3, 96, 0}} {
+	for _, c := range []struct{ T, n, D, iters int }{{1, 4, 64, 20}, {7, 4, 257, 20}, {3, 2, 1024, 1}, {5, 3, 96, 0}, {1, 4, 4096, 20}, {20, 4, 256, 20}} {
 		mix := (2 + c.n) * c.n
 		x := h.rand(npu.F32, 1, c.T, c.n, c.D)
 		fn := h.rand(npu.F32, 0.02, mix, c.n*c.D)

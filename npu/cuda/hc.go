@@ -9,6 +9,10 @@ import (
 // hcMaxStreams is HC_MAX_STREAMS of kernels/hc.cu.
 const hcMaxStreams = 16
 
+// hcProjMaxT is the most tokens whose HCPre projection runs as k_hc_proj
+// (one block per output, a decode step's sizes); more go to MatMul.
+const hcProjMaxT = 16
+
 // HCPre is the mHC input side (see npu.Ops.HCPre): the mixing projection
 // of all tokens as one MatMul, then one block per token for the RMS
 // scale, pre/post, the Sinkhorn combination and the collapse.
@@ -37,11 +41,17 @@ func (b *Backend) HCPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, p
 	nD := n * D
 	mbuf := b.temp(4 * T * mix)
 	mt := npu.NewTensor(mbuf, 0, npu.F32, T, mix)
-	b.MatMul(mt, x.Reshape(T, nD), fn.Reshape(mix, nD))
-	b.launch("k_hc_pre", d1(T), d1(max(rowThreads(nD), (n*n+31)/32*32)), 0,
-		b.ptr(collapsed), b.ptr(post), b.ptr(comb), b.ptr(x), mbuf.ptr,
+	if px, pf := b.ptr(x), b.ptr(fn); T <= hcProjMaxT && fn.DType() == npu.F32 && vec4(nD, px, pf) {
+		b.launch("k_hc_proj", d2(mix, T), d1(vecThreads(nD/4, true)), 0, mbuf.ptr, px, pf, pI32(nD))
+	} else {
+		b.MatMul(mt, x.Reshape(T, nD), fn.Reshape(mix, nD))
+	}
+	pc, px := b.ptr(collapsed), b.ptr(x)
+	vec := vec4(D, pc, px)
+	b.launch("k_hc_pre", d1(T), d1(max(vecThreads(nD, vec), (n*n+31)/32*32)), 0,
+		pc, b.ptr(post), b.ptr(comb), px, mbuf.ptr,
 		b.ptr(base), pI32(dtypeCode(base.DType())), b.ptr(scale), pI32(dtypeCode(scale.DType())),
-		pI32(n), pI32(D), pI32(p.SinkhornIters), pF32(p.Eps), pF32(p.RMSEps))
+		pI32(n), pI32(D), pI32(p.SinkhornIters), pF32(p.Eps), pF32(p.RMSEps), pBool(vec))
 	b.freeBuf(mbuf)
 }
 

@@ -83,7 +83,7 @@ func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Seq
 		bt = b.ptr(seqs.BlockTable)
 	}
 	if width > 0 {
-		b.launchShared("k_mla_select", d1(T), d1(256), 4*n2,
+		b.launchShared("k_mla_select", d1(T), d1(min(1024, max(32, n2/2))), 4*n2,
 			rows.ptr, counts.ptr, b.ptr(sel), b.ptr(seqs.QueryStart), b.ptr(seqs.Pos), bt,
 			pI32(seqs.NumSeqs), pI32(width), pI32(n2), pI32(seqs.BlockSize), pI32(seqs.MaxBlocks), pI32(nslots),
 			b.errWord, pI32(opSparseMLA))
@@ -118,21 +118,25 @@ func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Seq
 			tps = (ptiles + splits - 1) / splits
 			splits = (ptiles + tps - 1) / tps
 		}
+		avec := pBool(latents.DType() == npu.BF16 && R%8 == 0 && b.ptr(latents)%16 == 0 && z.ptr%16 == 0)
 		if splits == 1 {
 			b.launchShared("k_mla_attn", d2(n, groups), d1(256), attnShared,
 				z.ptr, b.ptr(latents), ldt, rows.ptr, counts.ptr, pI32(t0), pI32(H), pI32(R), pI32(max(width, 1)),
-				pI32(hg), pF32(scale), pI32(tps), uint64(0), uint64(0), uint64(0))
+				pI32(hg), pF32(scale), pI32(tps), uint64(0), uint64(0), uint64(0), avec)
 		} else {
 			part := b.temp(4 * splits * n * H * (R + 2))
 			pm, pl := part.ptr, part.ptr+uint64(4*splits*n*H)
 			pacc := pl + uint64(4*splits*n*H)
 			b.launchShared("k_mla_attn", dim3{uint32(n), uint32(groups), uint32(splits)}, d1(256), attnShared,
 				z.ptr, b.ptr(latents), ldt, rows.ptr, counts.ptr, pI32(t0), pI32(H), pI32(R), pI32(max(width, 1)),
-				pI32(hg), pF32(scale), pI32(tps), pm, pl, pacc)
+				pI32(hg), pF32(scale), pI32(tps), pm, pl, pacc, avec)
 			b.launch("k_mla_combine", d2(n, H), d1(256), 0, z.ptr, pm, pl, pacc, pI32(splits), pI32(n), pI32(H), pI32(R))
 			b.freeBuf(part)
 		}
 		vec := kvB.DType() == npu.BF16 && R%8 == 0 && b.ptr(kvB)%16 == 0
+		if vec && n == 1 {
+			oz = (dv + 7) / 8 // one output column per warp: k_mla_out's one-row form is latency-bound
+		}
 		b.launchShared("k_mla_out", dim3{uint32(tiles), uint32(H), uint32(oz)}, d1(256), 4*mlaQT*R,
 			b.ptr(out), z.ptr, b.ptr(kvB), wdt, pI32(t0), pI32(n), pI32(H), pI32(dk), pI32(dv), pI32(R), pBool(vec))
 	}

@@ -168,14 +168,48 @@ func (b *Backend) gemvTC(c, a, tok, w uint64, rt *moeRoute, M, N, K int) {
 	var off, tiles, ntiles uint64
 	ys := (M + moeBM - 1) / moeBM
 	name := "k_gemv_tc"
+	warps, ks := gemvWarps(N, K), 1
 	if rt != nil {
 		// Every tile holds a row, so there are at most n of them.
 		off, tiles, ntiles, ys = rt.off, rt.tiles, rt.ntiles, min(rt.maxTiles, rt.n)
-	} else if M > gemvPass {
-		name = "k_gemv_tc16"
+	} else {
+		if M > gemvPass {
+			name = "k_gemv_tc16"
+		}
+		if s := gemvSplitK(N, K); s > 1 {
+			warps, ks = gemvSplitWarps, s
+		}
 	}
-	b.launch(name, d2((N+gemvCols-1)/gemvCols, ys), d1(32*gemvWarps(N, K)), 0,
-		c, a, tok, w, tiles, ntiles, off, pI32(M), pI32(N), pI32(K))
+	grid := dim3{uint32((N + gemvCols - 1) / gemvCols), uint32(ys), uint32(ks)}
+	if ks == 1 {
+		b.launch(name, grid, d1(32*warps), 0, c, a, tok, w, tiles, ntiles, off, pI32(M), pI32(N), pI32(K), 0, 0)
+		return
+	}
+	part := b.temp(4 * ks * M * N)
+	b.launch(name, grid, d1(32*warps), 0, c, a, tok, w, tiles, ntiles, off, pI32(M), pI32(N), pI32(K), part.ptr, b.gemvCnt)
+	b.freeBuf(part)
+}
+
+// Split K of the dense k_gemv_tc (gemvSplitK): projections of few output
+// columns (a KDA gate's 64, an indexer's 128) otherwise run on as many
+// SMs as they have 16-column tiles, each warp walking K alone.
+const (
+	gemvSplitTiles  = 32  // column tiles below which K is split (gemvCnt's counters)
+	gemvSplitWarps  = 4   // warps per block of a split launch
+	gemvSplitBlocks = 264 // blocks wanted in all: two per SM of the H200
+)
+
+// gemvSplitK is the number of K slices of a dense k_gemv_tc launch for N
+// columns of K (1: none): enough blocks to cover the GPU, each warp of a
+// slice taking at least one group of GEMV_U k blocks. It depends only on
+// the shape, so a row's result does too (the slices' partial sums are
+// added in slice order).
+func gemvSplitK(N, K int) int {
+	tiles, kb := (N+gemvCols-1)/gemvCols, (K+31)/32
+	if tiles >= gemvSplitTiles {
+		return 1
+	}
+	return max(1, min(gemvSplitBlocks/tiles, kb/(gemvSplitWarps*gemvU)))
 }
 
 // moeTensorCores selects the tensor-core form of the tiled grouped GEMM
@@ -263,7 +297,7 @@ func (b *Backend) moeRun(op int, out, x, weights, ids *npu.Tensor, k, E, I int, 
 		b.launch("k_swiglu", b.gridFor(int64(n*I), elemThreads), d1(elemThreads), 0,
 			h.ptr, gu.ptr, pI64(n), pI32(I), pF32(limit), pBool(clamp))
 		p.down(rt, h.ptr, y.ptr)
-		b.launch("k_moe_combine", d1(tc), d1(min(1024, max(32, (D+31)/32*32))), 0,
+		b.launch("k_moe_combine", d2(tc, (D+255)/256), d1(256), 0,
 			po+uint64(4*c0*D), y.ptr, pw+uint64(4*c0*k), pi+uint64(4*c0*k), rt.rows, pI32(k), pI32(D))
 		b.freeBuf(rt.buf)
 	}

@@ -139,6 +139,29 @@ func TestGEMVKernelConstants(t *testing.T) {
 	}
 }
 
+// TestGemvSplitK: dense GEMVs of few column tiles split K (enough blocks
+// for the GPU, at least one GEMV_U group per warp of a slice), the rest
+// do not; the counters cover every split launch's column tiles.
+func TestGemvSplitK(t *testing.T) {
+	for _, c := range []struct{ N, K, want int }{
+		{128, 4096, 8},  // 8 tiles: k blocks bound it
+		{64, 4096, 8},   //
+		{496, 4096, 8},  // 31 tiles
+		{512, 4096, 1},  // 32 tiles: not split
+		{4096, 4096, 1}, //
+		{128, 512, 1},   // 16 k blocks: one group per warp of 4
+		{40, 3000, 5},   // 94 k blocks
+		{1, 72, 1},
+	} {
+		if got := gemvSplitK(c.N, c.K); got != c.want {
+			t.Errorf("gemvSplitK(%d, %d) = %d, want %d", c.N, c.K, got, c.want)
+		}
+		if s := gemvSplitK(c.N, c.K); s > 1 && (c.N+gemvCols-1)/gemvCols > gemvSplitTiles {
+			t.Errorf("gemvSplitK(%d, %d) = %d for more column tiles than gemvCnt counts", c.N, c.K, s)
+		}
+	}
+}
+
 // TestUseGemvTC: which decode MatMuls take k_gemv_tc (the threshold and
 // the vector-load conditions; the rest go to k_gemm_small or cuBLASLt).
 func TestUseGemvTC(t *testing.T) {

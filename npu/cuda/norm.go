@@ -39,8 +39,37 @@ func (b *Backend) RMSNorm(out, x, w *npu.Tensor, eps float32) {
 		n = x.Dim(-1)
 	}
 	groups := normGroups("RMSNorm", out, x, n)
-	b.launch("k_rmsnorm", d1(groups), d1(rowThreads(n)), 0,
-		b.ptr(out), b.ptr(x), b.ptr(w), pI32(wdt("RMSNorm", w)), pI32(n), pF32(eps))
+	po, px := b.ptr(out), b.ptr(x)
+	vec := vec4(n, po, px)
+	b.launch("k_rmsnorm", d1(groups), d1(vecThreads(n, vec)), 0,
+		po, px, b.ptr(w), pI32(wdt("RMSNorm", w)), pI32(n), pF32(eps), pBool(vec))
+}
+
+// vec4 reports whether rows of n floats at these device addresses can be
+// read and written as float4s (kernels' vec argument): n % 4 == 0 and
+// every address 16-byte aligned.
+func vec4(n int, ptrs ...uint64) bool {
+	if n%4 != 0 {
+		return false
+	}
+	for _, p := range ptrs {
+		if p%16 != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// vecThreads is the block size of a one-block-per-row kernel over rows
+// of n floats: with float4 access one float4 per thread up to 1024
+// threads (a decode step's few rows then cost one memory latency, not
+// one per element per thread), else rowThreads. It depends on n only,
+// so a row's result does not depend on how many rows run with it.
+func vecThreads(n int, vec bool) int {
+	if !vec {
+		return rowThreads(n)
+	}
+	return min(max((n/4+31)/32*32, 32), 1024)
 }
 
 // RMSNormGated is RMSNorm over groups of n = w.Numel() elements, times

@@ -67,7 +67,7 @@ func (b *Backend) Router(weights, ids, x, gate, bias *npu.Tensor, p npu.RouterPa
 		panic(fmt.Sprintf("cuda: Router supports up to %d experts, got %d", (48<<10)/8, E))
 	}
 	scores := b.temp(4 * T * E)
-	b.launch("k_router_scores", d2(T, E), d1(128), 0, scores.ptr, b.ptr(x), b.ptr(gate), pI32(dtypeCode(gate.DType())), pI32(D))
+	b.launch("k_router_scores", d2(T, E), d1(256), 0, scores.ptr, b.ptr(x), b.ptr(gate), pI32(dtypeCode(gate.DType())), pI32(D))
 	b.launch("k_router", d1(T), d1(256), shmem,
 		b.ptr(weights), b.ptr(ids), scores.ptr, b.ptr(bias), pI32(dtypeCode(bias.DType())),
 		pI32(E), pI32(k), pI32(ng), pI32(p.TopKGroup), pBool(p.Normalize), pF32(p.Scale))

@@ -210,6 +210,50 @@ __device__ __forceinline__ double block_sum(double v) {
 	return r;
 }
 
+// thread_sumsq is this thread's fp64 sum of squares of x[0, n), the
+// block's threads striding over it (the caller block_sums it). With vec
+// (x 16-byte aligned, n % 4 == 0) it loads float4s, four in flight per
+// thread, else scalars four at a time: a long row then costs a few memory
+// latencies, not one per element per thread (a decode step's norms run
+// one block per row).
+__device__ __forceinline__ double thread_sumsq(const float *x, int n, bool vec) {
+	double ss = 0;
+	const int step = blockDim.x;
+	if (vec) {
+		const float4 *x4 = (const float4 *)x;
+		const int n4 = n >> 2;
+		for (int c0 = threadIdx.x; c0 < n4; c0 += 4 * step) {
+			float4 v[4];
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				const int c = c0 + u * step;
+				v[u] = c < n4 ? x4[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+			}
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				ss += (double)v[u].x * (double)v[u].x;
+				ss += (double)v[u].y * (double)v[u].y;
+				ss += (double)v[u].z * (double)v[u].z;
+				ss += (double)v[u].w * (double)v[u].w;
+			}
+		}
+		return ss;
+	}
+	for (int c0 = threadIdx.x; c0 < n; c0 += 4 * step) {
+		float v[4];
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			const int c = c0 + u * step;
+			v[u] = c < n ? x[c] : 0.0f;
+		}
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			ss += (double)v[u] * (double)v[u];
+		}
+	}
+	return ss;
+}
+
 __device__ __forceinline__ float block_sumf(float v) {
 	__shared__ float sh_f[32];
 	v = warp_sum(v);

@@ -15,24 +15,53 @@ __device__ __forceinline__ void hc_sync(int nn) {
 	}
 }
 
+// k_hc_proj: grid (mix, T): m[t, j] = x[t] . fn[j] over nD for F32 fn,
+// fp64 accumulation, float4 loads four in flight per thread (x and fn
+// 16-byte aligned, nD % 4 == 0). HCPre's mixing projection at a decode
+// step's few tokens: one block per output spreads fn's rows over the GPU
+// where a GEMM library runs it as 24 dot products plus a reduction.
+extern "C" __global__ void k_hc_proj(float *m, const float *x, const float *fn, int nD) {
+	const int j = blockIdx.x, t = blockIdx.y, mix = gridDim.x;
+	const float4 *x4 = (const float4 *)(x + (i64)t * nD);
+	const float4 *f4 = (const float4 *)(fn + (i64)j * nD);
+	const int n4 = nD >> 2, step = blockDim.x;
+	double acc = 0;
+	for (int c0 = threadIdx.x; c0 < n4; c0 += 4 * step) {
+		float4 a[4], b[4];
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			const int c = c0 + u * step;
+			const bool ok = c < n4;
+			a[u] = ok ? x4[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+			b[u] = ok ? f4[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		}
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			acc += (double)a[u].x * (double)b[u].x;
+			acc += (double)a[u].y * (double)b[u].y;
+			acc += (double)a[u].z * (double)b[u].z;
+			acc += (double)a[u].w * (double)b[u].w;
+		}
+	}
+	acc = block_sum(acc);
+	if (threadIdx.x == 0) {
+		m[(i64)t * mix + j] = (float)acc;
+	}
+}
+
 // k_hc_pre: for token t with the projection m [T, mix] (mix = (2+n)n) of
 // the raw streams x [T, n, D]: scale m by the streams' inverse RMS, form
 // pre, post [T, n] and comb [T, n, n] (Sinkhorn, in the CPU backend's
 // order of operations) and collapsed [T, D] = sum_i pre_i x_i.
 extern "C" __global__ void k_hc_pre(float *collapsed, float *post, float *comb, const float *x, const float *m,
 				    const void *base, int bdt, const void *scale, int sdt, int n, int D, int iters,
-				    float eps, float rms_eps) {
+				    float eps, float rms_eps, int vec) {
 	__shared__ float pre[HC_MAX_STREAMS];
 	__shared__ float z[HC_MAX_STREAMS * HC_MAX_STREAMS];
 	const int t = blockIdx.x;
 	const int nD = n * D, mix = (2 + n) * n;
 	const float *xt = x + (i64)t * nD;
-	double ss = 0;
-	for (int c = threadIdx.x; c < nD; c += blockDim.x) {
-		const double v = xt[c];
-		ss += v * v;
-	}
-	ss = block_sum(ss);
+	const double ss = block_sum(thread_sumsq(xt, nD, vec != 0));
 	// The small n x n part runs one thread per element (thread k = i*n+j),
 	// each sum read in the CPU backend's order so the results are the
 	// same bits; phases are separated by barriers, z ping-pongs.
@@ -102,6 +131,24 @@ extern "C" __global__ void k_hc_pre(float *collapsed, float *post, float *comb, 
 		comb[(i64)t * nn + tid] = cur[tid];
 	}
 	__syncthreads();
+	if (vec) { // the same per-element arithmetic on float4s
+		const float4 *x4 = (const float4 *)xt;
+		float4 *c4 = (float4 *)(collapsed + (i64)t * D);
+		const int D4 = D >> 2;
+		for (int d = threadIdx.x; d < D4; d += blockDim.x) {
+			const float4 v = x4[d];
+			float4 acc = make_float4(pre[0] * v.x, pre[0] * v.y, pre[0] * v.z, pre[0] * v.w);
+			for (int i = 1; i < n; i++) {
+				const float4 u = x4[(i64)i * D4 + d];
+				acc.x = fmaf(pre[i], u.x, acc.x);
+				acc.y = fmaf(pre[i], u.y, acc.y);
+				acc.z = fmaf(pre[i], u.z, acc.z);
+				acc.w = fmaf(pre[i], u.w, acc.w);
+			}
+			c4[d] = acc;
+		}
+		return;
+	}
 	for (int d = threadIdx.x; d < D; d += blockDim.x) {
 		float acc = pre[0] * xt[d];
 		for (int i = 1; i < n; i++) {

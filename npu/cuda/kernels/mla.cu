@@ -216,10 +216,11 @@ extern "C" __global__ __launch_bounds__(512) void k_mla_qlat_bf16(float *qlat, c
 // a decode batch has too few rows to fill the GPU), split blockIdx.z
 // covers the row's latents [z*tps*32, (z+1)*tps*32) and writes its
 // running max, sum and unnormalised accumulator to pm, pl [splits, n, H]
-// and pacc [splits, n, H, R]; k_mla_combine merges them into z.
+// and pacc [splits, n, H, R]; k_mla_combine merges them into z. vec: BF16
+// latents, R % 8 == 0, latents 16-byte aligned (and z's rows, R % 4 == 0).
 extern "C" __global__ __launch_bounds__(256) void k_mla_attn(float *z, const void *lat, int ldt, const int *rows,
 							     const int *counts, int t0, int H, int R, int width, int hg,
-							     float scale, int tps, float *pm, float *pl, float *pacc) {
+							     float scale, int tps, float *pm, float *pl, float *pacc, int vec) {
 	extern __shared__ float sh[];
 	const int tr = blockIdx.x, t = t0 + tr, h0 = blockIdx.y * hg, ng = min(hg, H - h0);
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -228,8 +229,20 @@ extern "C" __global__ __launch_bounds__(256) void k_mla_attn(float *z, const voi
 	      *lsum = ms + hg;
 	int *idx = (int *)(lsum + hg);
 	float *zr = z + ((i64)tr * H + h0) * R;
-	for (int e = tid; e < ng * R; e += blockDim.x) {
-		qsh[e] = zr[e];
+	if (vec) { // R % 8 == 0 (host-checked): float4 loads, all in flight
+		const float4 *z4 = (const float4 *)zr;
+#pragma unroll 4
+		for (int e = tid; e < ng * R / 4; e += blockDim.x) {
+			const float4 v = z4[e];
+			qsh[4 * e] = v.x;
+			qsh[4 * e + 1] = v.y;
+			qsh[4 * e + 2] = v.z;
+			qsh[4 * e + 3] = v.w;
+		}
+	} else {
+		for (int e = tid; e < ng * R; e += blockDim.x) {
+			qsh[e] = zr[e];
+		}
 	}
 	if (tid < hg) {
 		ms[tid] = neg_inf();
@@ -252,9 +265,32 @@ extern "C" __global__ __launch_bounds__(256) void k_mla_attn(float *z, const voi
 			idx[tid] = s0 + tid < n ? rr[s0 + tid] : -1;
 		}
 		__syncthreads();
-		for (int e = tid; e < MLA_PS * R; e += blockDim.x) {
-			const int s = e / R, c = e - s * R, row = idx[s];
-			ls[s * lr + c] = row >= 0 ? ldf(lat, (i64)row * R + c, ldt) : 0.0f;
+		if (vec) {
+			// BF16 latents, 16-byte aligned rows: 8 per load, a tile's
+			// loads all in flight rather than one 2-byte load per element.
+			const int r8 = R >> 3;
+#pragma unroll 4
+			for (int e = tid; e < MLA_PS * r8; e += blockDim.x) {
+				const int s = e / r8, c = 8 * (e - s * r8), row = idx[s];
+				float wf[8];
+				if (row >= 0) {
+					bf16x8(wf, *(const uint4 *)((const u16 *)lat + (i64)row * R + c));
+				} else {
+#pragma unroll
+					for (int j = 0; j < 8; j++) {
+						wf[j] = 0.0f;
+					}
+				}
+#pragma unroll
+				for (int j = 0; j < 8; j++) {
+					ls[s * lr + c + j] = wf[j];
+				}
+			}
+		} else {
+			for (int e = tid; e < MLA_PS * R; e += blockDim.x) {
+				const int s = e / R, c = e - s * R, row = idx[s];
+				ls[s * lr + c] = row >= 0 ? ldf(lat, (i64)row * R + c, ldt) : 0.0f;
+			}
 		}
 		__syncthreads();
 		// Scores: lane = latent, warp w = heads w, w+8.
@@ -389,6 +425,36 @@ extern "C" __global__ void k_mla_out(float *out, const float *z, const void *kvB
 		zsh[e] = j < nr ? z[((i64)(r0 + j) * H + h) * R + r] : 0.0f;
 	}
 	__syncthreads();
+	if (vec && nr == 1) {
+		// One row (a decode wave's tile of one token): the same sums for
+		// row 0 without the seven empty rows' FMAs and shared loads, z
+		// read as float4s (conflict-free across the warp's 8-float
+		// strides). Every unrolled 16-byte weight load of a column is in
+		// flight at once.
+		for (int jj = blockIdx.z * nw + warp; jj < dv; jj += nw * gridDim.z) {
+			const u16 *wr = (const u16 *)kvB + ((i64)h * (dk + dv) + dk + jj) * R;
+			float acc = 0;
+#pragma unroll 4
+			for (int r = lane * 8; r < R; r += 256) {
+				float wf[8];
+				bf16x8(wf, *(const uint4 *)(wr + r));
+				const float4 z0 = *(const float4 *)(zsh + r), z1 = *(const float4 *)(zsh + r + 4);
+				acc += wf[0] * z0.x;
+				acc += wf[1] * z0.y;
+				acc += wf[2] * z0.z;
+				acc += wf[3] * z0.w;
+				acc += wf[4] * z1.x;
+				acc += wf[5] * z1.y;
+				acc += wf[6] * z1.z;
+				acc += wf[7] * z1.w;
+			}
+			acc = warp_sum(acc);
+			if (lane == 0) {
+				out[((i64)(t0 + r0) * H + h) * dv + jj] = acc;
+			}
+		}
+		return;
+	}
 	for (int jj = blockIdx.z * nw + warp; jj < dv; jj += nw * gridDim.z) { // grid.z splits the columns
 		const i64 wb = ((i64)h * (dk + dv) + dk + jj) * R;
 		float acc[MLA_QT];

@@ -411,16 +411,20 @@ extern "C" __global__ void k_moe_gemv_f(float *C, const float *A, const int *tok
 	}
 }
 
-// k_moe_combine: one block per token t of the chunk: out[t] += sum over
-// its k assignments, in ascending expert order (stable in j, as the CPU
-// backend sums), of weights[t, j] * y[rows[t*k + j]]. An assignment
-// without a row (an expert id out of range, already reported) adds
-// nothing.
+// k_moe_combine: grid (tokens of the chunk, column blocks of D): out[t]
+// += sum over its k assignments, in ascending expert order (stable in j,
+// as the CPU backend sums), of weights[t, j] * y[rows[t*k + j]]. An
+// assignment without a row (an expert id out of range, already reported)
+// adds nothing. The assignments' rows and weights are read once into
+// shared memory, so a thread's k loads of y are independent (a decode
+// step's one token spreads over D / blockDim.x blocks).
 extern "C" __global__ void k_moe_combine(float *out, const float *y, const float *weights, const int *ids,
 					 const int *rows, int k, int D) {
-	__shared__ int order[MOE_MAX_K];
+	__shared__ int srow[MOE_MAX_K];
+	__shared__ float sw[MOE_MAX_K];
 	const i64 t = blockIdx.x;
 	if (threadIdx.x == 0) {
+		int order[MOE_MAX_K];
 		for (int j = 0; j < k; j++) {
 			const int e = ids[t * k + j];
 			int i = j;
@@ -430,20 +434,26 @@ extern "C" __global__ void k_moe_combine(float *out, const float *y, const float
 			}
 			order[i] = j;
 		}
+		for (int i = 0; i < k; i++) {
+			srow[i] = rows[t * k + order[i]];
+			sw[i] = weights[t * k + order[i]];
+		}
 	}
 	__syncthreads();
-	for (int d = threadIdx.x; d < D; d += blockDim.x) {
-		float acc = 0.0f;
-		for (int i = 0; i < k; i++) {
-			const int j = order[i];
-			const int r = rows[t * k + j];
-			if (r >= 0) {
-				// Rounded product, then sum: the CPU loop's arithmetic.
-				acc = __fadd_rn(acc, __fmul_rn(y[(i64)r * D + d], weights[t * k + j]));
-			}
-		}
-		out[t * D + d] += acc;
+	const int d = blockIdx.y * blockDim.x + threadIdx.x;
+	if (d >= D) {
+		return;
 	}
+	float acc = 0.0f;
+#pragma unroll 8
+	for (int i = 0; i < k; i++) {
+		const int r = srow[i];
+		if (r >= 0) {
+			// Rounded product, then sum: the CPU loop's arithmetic.
+			acc = __fadd_rn(acc, __fmul_rn(y[(i64)r * D + d], sw[i]));
+		}
+	}
+	out[t * D + d] += acc;
 }
 
 #define GEMV_MT 8    // rows per pass of k_gemv_tc: the MMA's n8 (gemvMaxM in matmul.go)
@@ -506,7 +516,8 @@ __device__ __forceinline__ uint4 ld_stream(const u16 *p) {
 // == 0, A and W 16-byte aligned.
 template <int R>
 __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, const int *tok, const u16 *W,
-					const int *tiles, const int *ntiles, const int *off, int M, int N, int K) {
+					const int *tiles, const int *ntiles, const int *off, int M, int N, int K,
+					float *part, int *cnt) {
 	constexpr int U = GEMV_U / R; // loads in flight per lane: the same registers for both R
 	constexpr int MT = GEMV_MT * R;
 	int e, r0, r1;
@@ -521,6 +532,14 @@ __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, co
 	const u16 *wa = W + ((i64)e * N + min(na, N - 1)) * K + 8 * q;
 	const u16 *wb = W + ((i64)e * N + min(nb, N - 1)) * K + 8 * q;
 	const int nkb = (K + 31) / 32;
+	// Split K (dense, one pass of at most MT rows, host-chosen): block z
+	// takes k blocks [kbLo, kbHi) and stores its partial sums in part
+	// [gridDim.z, M, N]; the last block of a column tile to finish adds
+	// them in z order (below).
+	const int ks = gridDim.z;
+	const int kps = (nkb + ks - 1) / ks;
+	const int kbLo = blockIdx.z * kps, kbHi = min(nkb, kbLo + kps);
+	float *dst = ks > 1 ? part + (i64)blockIdx.z * M * N : C;
 	for (int m0 = r0; m0 < r1; m0 += MT) {
 		const int mt = min(MT, r1 - m0);
 		const float *xr[R];
@@ -537,14 +556,14 @@ __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, co
 				acc[h][0][i] = acc[h][1][i] = 0.0f;
 			}
 		}
-		for (int kb0 = warp; kb0 < nkb; kb0 += S * U) {
+		for (int kb0 = kbLo + warp; kb0 < kbHi; kb0 += S * U) {
 			uint4 va[U], vb[U];
 			float4 x0[U][R], x1[U][R];
 #pragma unroll
 			for (int u = 0; u < U; u++) {
 				const int kb = kb0 + S * u;
 				const i64 k = (i64)kb * 32;
-				const bool ok = kb < nkb && k + 8 * q < K;
+				const bool ok = kb < kbHi && k + 8 * q < K;
 				va[u] = vb[u] = make_uint4(0u, 0u, 0u, 0u);
 				if (ok) {
 					va[u] = ld_stream(wa + k);
@@ -561,7 +580,7 @@ __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, co
 			}
 #pragma unroll
 			for (int u = 0; u < U; u++) {
-				if (kb0 + S * u >= nkb) {
+				if (kb0 + S * u >= kbHi) {
 					break;
 				}
 #pragma unroll
@@ -599,7 +618,7 @@ __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, co
 				const int h = t >> 7, l = (t >> 2) & 31, i = t & 3;
 				const int m = 8 * h + 2 * (l & 3) + (i & 1), n = n0 + (l >> 2) + 8 * (i >> 1);
 				if (m < mt && n < N) {
-					C[(i64)(m0 + m) * N + n] = s;
+					dst[(i64)(m0 + m) * N + n] = s;
 				}
 			}
 			__syncthreads();
@@ -610,9 +629,39 @@ __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, co
 				for (int i = 0; i < 4; i++) {
 					const int m = 8 * h + 2 * q + (i & 1), n = (i >> 1) ? nb : na;
 					if (m < mt && n < N) {
-						C[(i64)(m0 + m) * N + n] = acc[h][0][i] + acc[h][1][i];
+						dst[(i64)(m0 + m) * N + n] = acc[h][0][i] + acc[h][1][i];
 					}
 				}
+			}
+		}
+	}
+	if (ks > 1) {
+		// The threadFenceReduction pattern: partials visible device-wide,
+		// then one count per column tile; its last block sums them in z
+		// order (so the result does not depend on which block was last)
+		// and resets the count for the next launch.
+		__shared__ int last;
+		__threadfence();
+		__syncthreads();
+		if (threadIdx.x == 0) {
+			last = atomicAdd(&cnt[blockIdx.x], 1) == ks - 1;
+		}
+		__syncthreads();
+		if (last) {
+			__threadfence();
+			const int rows = r1 - r0;
+			for (int t = threadIdx.x; t < rows * 16; t += blockDim.x) {
+				const int m = r0 + (t >> 4), n = n0 + (t & 15);
+				if (n < N) {
+					float v = 0.0f;
+					for (int z = 0; z < ks; z++) {
+						v += __ldcg(part + ((i64)z * M + m) * N + n);
+					}
+					C[(i64)m * N + n] = v;
+				}
+			}
+			if (threadIdx.x == 0) {
+				cnt[blockIdx.x] = 0;
 			}
 		}
 	}
@@ -623,16 +672,16 @@ __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, co
 // rows.
 extern "C" __global__ __launch_bounds__(512) void k_gemv_tc(float *C, const float *A, const int *tok, const u16 *W,
 							    const int *tiles, const int *ntiles, const int *off, int M,
-							    int N, int K) {
+							    int N, int K, float *part, int *cnt) {
 	__shared__ float red[GEMV_MAXW * 128];
-	gemv_tc<1>(red, C, A, tok, W, tiles, ntiles, off, M, N, K);
+	gemv_tc<1>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt);
 }
 
 // k_gemv_tc16: gemv_tc in passes of 16 rows: the dense MatMul of 9 to 16
 // rows, each weight read once.
 extern "C" __global__ __launch_bounds__(512) void k_gemv_tc16(float *C, const float *A, const int *tok, const u16 *W,
 							      const int *tiles, const int *ntiles, const int *off, int M,
-							      int N, int K) {
+							      int N, int K, float *part, int *cnt) {
 	__shared__ float red[GEMV_MAXW * 256];
-	gemv_tc<2>(red, C, A, tok, W, tiles, ntiles, off, M, N, K);
+	gemv_tc<2>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt);
 }

@@ -14,7 +14,7 @@ __device__ __forceinline__ u64 rank_key(float v, int i) {
 #define ROUTER_MAX_GROUPS 64
 #define ROUTER_MAX_K 64
 
-// k_router_scores: grid (T, E), 128 threads: the sigmoid score of
+// k_router_scores: grid (T, E), 256 threads: the sigmoid score of
 // expert e for token t (the dot product accumulated in fp64) into
 // scores [T, E]. One block per (token, expert), so a decode step's few
 // tokens still spread the gate's rows over the GPU.
@@ -23,8 +23,19 @@ extern "C" __global__ void k_router_scores(float *scores, const float *x, const 
 	const float *xt = x + (i64)t * D;
 	const i64 go = (i64)e * D;
 	double acc = 0;
-	for (int c = threadIdx.x; c < D; c += blockDim.x) {
-		acc += (double)ldf(gate, go + c, gdt) * (double)xt[c];
+	const int step = blockDim.x;
+	for (int c0 = threadIdx.x; c0 < D; c0 += 8 * step) { // eight loads in flight per thread
+		float g[8], v[8];
+#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			const int c = c0 + u * step;
+			g[u] = c < D ? ldf(gate, go + c, gdt) : 0.0f;
+			v[u] = c < D ? xt[c] : 0.0f;
+		}
+#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			acc += (double)g[u] * (double)v[u];
+		}
 	}
 	acc = block_sum(acc);
 	if (threadIdx.x == 0) {
