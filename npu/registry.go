@@ -31,6 +31,10 @@ type Registration struct {
 	Accelerator bool
 	Priority    int
 	Open        OpenFunc
+	// Probe, when set, reports whether the runtime loads (nil) without
+	// opening a device: what a launcher asks before choosing a backend it
+	// was not told to use. Its error wraps ErrUnavailable like Open's.
+	Probe func() error
 	// Transport names the hccl transport that moves this backend's
 	// tensors between ranks ("": "tcp", host memory; "hccl" for Ascend
 	// device memory). Launchers make their groups' root infos with it.
@@ -75,6 +79,20 @@ func Lookup(name string) (Registration, bool) {
 	defer regMu.Unlock()
 	r, ok := registry[name]
 	return r, ok
+}
+
+// Available reports whether the backend called name could open here: nil,
+// or why not (an unknown name, or its Probe's error). A backend without a
+// Probe (the host backends) is always available.
+func Available(name string) error {
+	r, ok := Lookup(name)
+	if !ok {
+		return fmt.Errorf("unknown device %q (this binary has: auto, %s): %w", name, strings.Join(Names(), ", "), ErrUnavailable)
+	}
+	if r.Probe == nil {
+		return nil
+	}
+	return r.Probe()
 }
 
 // TransportOf is the collective transport of the backend called name

@@ -24,6 +24,7 @@ import (
 	"github.com/npuserve/npuserve/engine/sampling"
 	"github.com/npuserve/npuserve/engine/server"
 	"github.com/npuserve/npuserve/engine/tokenizer"
+	"github.com/npuserve/npuserve/npu"
 	"github.com/sirupsen/logrus"
 	"github.com/urfave/cli/v2"
 )
@@ -81,12 +82,12 @@ func runServe(c *cli.Context) error {
 		}
 		args.Device = be.Name()
 	}
-	// This build has only the cpu backend: an Ascend weight format that
-	// merely implied the Ascend backend runs there (--dry-run still plans
-	// the Ascend deployment vllm-ascend would run).
+	// An Ascend weight format that merely implied the Ascend backend runs
+	// on it where CANN loads, else on the cpu backend (--dry-run still
+	// plans the Ascend deployment vllm-ascend would run).
 	var onCPU string
-	if !args.DryRun {
-		onCPU = args.RunImpliedAscendOnCPU()
+	if !args.DryRun && args.Device == "ascend" {
+		onCPU = args.RunImpliedAscendOnCPU(npu.Available("ascend"))
 	}
 	dir := args.Model
 	modelCfg, err := config.LoadModel(dir)
@@ -138,6 +139,7 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return runError("serve: %v", err)
 	}
+	logrus.Infof("Device: the %s backend (%s)", be.Name(), plan.Device.BackendSource)
 	for _, x := range args.WithoutEffect(plan.Device.Backend) {
 		logrus.Warnf("%s is accepted without effect: %s", x.Flag, x.Reason)
 	}

@@ -329,3 +329,32 @@ func TestServeAscendRankKilled(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestServeAscendImplied: a vllm-ascend launch line (an msmodelslim
+// checkpoint, --quantization ascend, no --device) starts the Ascend
+// backend where CANN loads (here the stand-in), without the cpu fallback
+// warning, and serves the tokens `generate` makes on the cpu backend.
+func TestServeAscendImplied(t *testing.T) {
+	requireStandinHCCL(t)
+	tiny := filepath.Join(fixtures, "tiny")
+	dir := filepath.Join(t.TempDir(), "w8a8_dynamic")
+	if _, stderr, code := run(t, "quantize", "--model", tiny, "--out", dir, "--scheme", "w8a8_dynamic"); code != 0 {
+		t.Fatalf("quantize: exit %d: %s", code, stderr)
+	}
+	prompt := []int32{1, 2, 3, 4, 5}
+	stdout, stderr, code := run(t, "generate", "--model", dir, "--device", "cpu", "--quantization", "ascend", "--prompt-ids", idsArg(prompt), "--max-tokens", "6", "--ignore-eos", "--json")
+	var gen generateResult
+	if code != 0 || json.Unmarshal([]byte(stdout), &gen) != nil || len(gen.TokenIDs) != 6 {
+		t.Fatalf("generate: exit %d, %q, %s", code, stdout, stderr)
+	}
+	s := startServeDir(t, dir, "--quantization", "ascend", "--max-num-seqs", "4", "--max-model-len", "256", "--kv-cache-dtype", "float32")
+	defer s.stop()
+	got := completionIDs(t, s, prompt, 6)
+	log := s.log.String()
+	if !strings.Contains(log, "Device: the ascend backend (--quantization ascend (an Ascend weight format))") || strings.Contains(log, "which does not load here") {
+		t.Fatalf("--quantization ascend did not start the Ascend backend over the stand-in:\n%s", tail(log, 3000))
+	}
+	if !equalIDs(got, gen.TokenIDs) {
+		t.Errorf("served tokens on ascend %v, the cpu's %v", got, gen.TokenIDs)
+	}
+}

@@ -729,7 +729,8 @@ func (a *EngineArgs) validate() error {
 		// Like vllm-ascend, an Ascend-only weight format or an Ascend
 		// device preset means the Ascend backend. (The cpu backend runs
 		// these formats too, from an msmodelslim checkpoint, when asked
-		// with --device cpu; see RunImpliedAscendOnCPU.)
+		// with --device cpu, or when CANN does not load; see
+		// RunImpliedAscendOnCPU.)
 		a.Device = "cpu"
 		if ascendPreset || a.ascendQuant() {
 			a.Device = "ascend"
@@ -748,17 +749,20 @@ func (a *EngineArgs) ascendQuant() bool {
 
 // RunImpliedAscendOnCPU moves a deployment whose Ascend backend only
 // --quantization implied (no --device, no Ascend --device-memory preset)
-// to the cpu backend, which runs msmodelslim checkpoints with its int8 and
-// MXFP8 kernels, and returns the one-line warning to log; it returns ""
-// and changes nothing otherwise. `npuserve serve` calls it in a build
-// without the Ascend backend; --dry-run plans keep the implied device.
-func (a *EngineArgs) RunImpliedAscendOnCPU() string {
-	if a.Device != "ascend" || a.Given("device") || a.DeviceMemoryName != "" || !a.ascendQuant() {
+// to the cpu backend when the Ascend runtime does not load here
+// (unavailable, npu.Available's error: a vllm-ascend launch line run on a
+// machine without CANN), and returns the one-line warning to log; the cpu
+// backend runs msmodelslim checkpoints with its int8 and MXFP8 kernels.
+// Where CANN loads (unavailable nil), or the device was given, it returns
+// "" and changes nothing: the script starts the real backend. --dry-run
+// plans keep the implied device.
+func (a *EngineArgs) RunImpliedAscendOnCPU(unavailable error) string {
+	if unavailable == nil || a.Device != "ascend" || a.Given("device") || a.DeviceMemoryName != "" || !a.ascendQuant() {
 		return ""
 	}
 	a.Device = "cpu"
-	a.deviceFallback = "--quantization " + a.Quantization + " implies the Ascend backend, which this build does not have: the cpu backend"
-	return fmt.Sprintf("--quantization %s implies the Ascend backend, which this build does not have; running the msmodelslim checkpoint on the cpu backend", a.Quantization)
+	a.deviceFallback = "--quantization " + a.Quantization + " implies the Ascend backend, which does not load here: the cpu backend"
+	return fmt.Sprintf("--quantization %s implies the Ascend backend, which does not load here (%v); running the msmodelslim checkpoint on the cpu backend", a.Quantization, unavailable)
 }
 
 // deviceSource says why the backend was chosen.

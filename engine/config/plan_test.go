@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -352,30 +353,33 @@ func TestPlanCPUQuantized(t *testing.T) {
 func TestPlanImpliedAscendOnCPU(t *testing.T) {
 	full := loadModel(t, fullDir)
 	dyn := modelslimDir(t, "W8A8_DYNAMIC")
+	noCANN := errors.New("no libascendcl.so")
 	cases := []struct {
 		name    string
 		args    []string
 		before  string // the backend Build resolves
+		probe   error  // npu.Available("ascend")
 		warning string // RunImpliedAscendOnCPU's, "" for none
 		source  string // the plan's backend_source after it
 	}{
-		{"implied by --quantization", []string{dyn, "--quantization", "ascend"}, "ascend",
-			"--quantization ascend implies the Ascend backend, which this build does not have; running the msmodelslim checkpoint on the cpu backend",
-			"--quantization ascend implies the Ascend backend, which this build does not have: the cpu backend"},
-		{"implied by w8a8_dynamic", []string{dyn, "-q", "w8a8_dynamic"}, "ascend",
-			"--quantization w8a8_dynamic implies the Ascend backend, which this build does not have; running the msmodelslim checkpoint on the cpu backend",
-			"--quantization w8a8_dynamic implies the Ascend backend, which this build does not have: the cpu backend"},
-		{"explicit --device ascend", []string{dyn, "--device", "ascend", "--quantization", "ascend"}, "ascend", "", "flag"},
-		{"Ascend preset", []string{dyn, "--device-memory", "atlas-800-a3", "--quantization", "ascend", "-tp", "16", "-ep"}, "ascend", "", "--device-memory atlas-800-a3"},
-		{"explicit --device cpu", []string{dyn, "--device", "cpu", "--quantization", "ascend"}, "cpu", "", "flag"},
-		{"fp8 is not an Ascend format", []string{dyn, "--quantization", "fp8"}, "cpu", "", "default"},
-		{"no flag", []string{dyn}, "cpu", "", "default"},
+		{"implied by --quantization", []string{dyn, "--quantization", "ascend"}, "ascend", noCANN,
+			"--quantization ascend implies the Ascend backend, which does not load here (no libascendcl.so); running the msmodelslim checkpoint on the cpu backend",
+			"--quantization ascend implies the Ascend backend, which does not load here: the cpu backend"},
+		{"implied by w8a8_dynamic", []string{dyn, "-q", "w8a8_dynamic"}, "ascend", noCANN,
+			"--quantization w8a8_dynamic implies the Ascend backend, which does not load here (no libascendcl.so); running the msmodelslim checkpoint on the cpu backend",
+			"--quantization w8a8_dynamic implies the Ascend backend, which does not load here: the cpu backend"},
+		{"implied, CANN loads", []string{dyn, "--quantization", "ascend"}, "ascend", nil, "", "--quantization ascend (an Ascend weight format)"},
+		{"explicit --device ascend", []string{dyn, "--device", "ascend", "--quantization", "ascend"}, "ascend", noCANN, "", "flag"},
+		{"Ascend preset", []string{dyn, "--device-memory", "atlas-800-a3", "--quantization", "ascend", "-tp", "16", "-ep"}, "ascend", noCANN, "", "--device-memory atlas-800-a3"},
+		{"explicit --device cpu", []string{dyn, "--device", "cpu", "--quantization", "ascend"}, "cpu", noCANN, "", "flag"},
+		{"fp8 is not an Ascend format", []string{dyn, "--quantization", "fp8"}, "cpu", noCANN, "", "default"},
+		{"no flag", []string{dyn}, "cpu", noCANN, "", "default"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			a := mustServe(t, tc.args...)
 			want(t, "device", a.Device, tc.before)
-			want(t, "warning", a.RunImpliedAscendOnCPU(), tc.warning)
+			want(t, "warning", a.RunImpliedAscendOnCPU(tc.probe), tc.warning)
 			p, err := BuildPlan(a, full, nil)
 			if err != nil {
 				t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 func init() {
 	npu.Register(npu.Registration{Name: "ascend", Accelerator: true, Priority: 0, Open: func(npu.OpenOptions) (npu.Backend, error) {
 		return nil, errNoCgo
-	}})
+	}, Probe: func() error { return errNoCgo }})
 }
 
 var errNoCgo = errors.Join(errors.New("device ascend: this binary was built with CGO_ENABLED=0 and cannot load libascendcl.so: rebuild with cgo or use --device cpu"), npu.ErrUnavailable)
