@@ -304,7 +304,7 @@ func TestGPUMatMul(t *testing.T) {
 
 func TestGPUHC(t *testing.T) {
 	h := newBoth(t, 10)
-	for _, c := range []struct{ T, n, D, iters int }{{1, 4, 64, 20}, {7, 4, 257, 20}, {3, 2, 1024, 1}, {5, 3, 96, 0}, {1, 4, 4096, 20}, {20, 4, 256, 20}} {
+	for _, c := range []struct{ T, n, D, iters int }{{1, 4, 64, 20}, {7, 4, 257, 20}, {3, 2, 1024, 1}, {5, 3, 96, 0}, {1, 4, 4096, 20}, {20, 4, 256, 20}, {8, 4, 4096, 20}, {2, 6, 128, 20}, {3, 4, 4095, 20}} {
 		mix := (2 + c.n) * c.n
 		x := h.rand(npu.F32, 1, c.T, c.n, c.D)
 		fn := h.rand(npu.F32, 0.02, mix, c.n*c.D)

@@ -14,8 +14,11 @@ const hcMaxStreams = 16
 const hcProjMaxT = 16
 
 // HCPre is the mHC input side (see npu.Ops.HCPre): the mixing projection
-// of all tokens as one MatMul, then one block per token for the RMS
-// scale, pre/post, the Sinkhorn combination and the collapse.
+// of all tokens as one MatMul (k_hc_proj with the sums of squares for a
+// decode step's few tokens), then k_hc_pre per token for the RMS scale,
+// pre/post, the Sinkhorn combination (in warp 0's registers for n <= 5)
+// and the collapse (over hcPreSlices blocks when the sums came with the
+// projection).
 func (b *Backend) HCPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, p npu.HCParams) {
 	n := p.Streams
 	if n < 1 || x.Rank() != 3 || x.Dim(1) != n {
@@ -39,20 +42,39 @@ func (b *Backend) HCPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, p
 		return
 	}
 	nD := n * D
-	mbuf := b.temp(4 * T * mix)
+	ssOff := (4*T*mix + 7) &^ 7
+	mbuf := b.temp(ssOff + 8*T)
 	mt := npu.NewTensor(mbuf, 0, npu.F32, T, mix)
-	if px, pf := b.ptr(x), b.ptr(fn); T <= hcProjMaxT && fn.DType() == npu.F32 && vec4(nD, px, pf) {
-		b.launch("k_hc_proj", d2(mix, T), d1(vecThreads(nD/4, true)), 0, mbuf.ptr, px, pf, pI32(nD))
+	ss, S := uint64(0), 1
+	pc, px := b.ptr(collapsed), b.ptr(x)
+	vec := vec4(D, pc, px)
+	threads := max(vecThreads(nD, vec), (n*n+31)/32*32)
+	if pf := b.ptr(fn); T <= hcProjMaxT && fn.DType() == npu.F32 && vec4(nD, px, pf) {
+		// A decode step's few tokens: the sums of squares ride along with
+		// the projection, so k_hc_pre's blocks only collapse their slice.
+		ss = mbuf.ptr + uint64(ssOff)
+		b.launch("k_hc_proj", d2(mix+1, T), d1(vecThreads(nD/4, true)), 0, mbuf.ptr, px, pf, pI32(nD), pI32(mix), ss)
+		S = hcPreSlices(D, vec)
+		threads = max(vecThreads((D+S-1)/S, vec), 32)
 	} else {
 		b.MatMul(mt, x.Reshape(T, nD), fn.Reshape(mix, nD))
 	}
-	pc, px := b.ptr(collapsed), b.ptr(x)
-	vec := vec4(D, pc, px)
-	b.launch("k_hc_pre", d1(T), d1(max(vecThreads(nD, vec), (n*n+31)/32*32)), 0,
+	b.launch("k_hc_pre", d2(T, S), d1(threads), 0,
 		pc, b.ptr(post), b.ptr(comb), px, mbuf.ptr,
 		b.ptr(base), pI32(dtypeCode(base.DType())), b.ptr(scale), pI32(dtypeCode(scale.DType())),
-		pI32(n), pI32(D), pI32(p.SinkhornIters), pF32(p.Eps), pF32(p.RMSEps), pBool(vec))
+		pI32(n), pI32(D), pI32(p.SinkhornIters), pF32(p.Eps), pF32(p.RMSEps), pBool(vec), ss)
 	b.freeBuf(mbuf)
+}
+
+// hcPreSlices is how many blocks share one token's collapse in k_hc_pre
+// when its sums of squares come precomputed: slices of at least 256
+// float4s (1024 floats), at most 8.
+func hcPreSlices(D int, vec bool) int {
+	per := 1024
+	if !vec {
+		per = 256
+	}
+	return min(max(D/per, 1), 8)
 }
 
 // HCPost writes out[t, j] = post[t, j]*y[t] + sum_i comb[t, i, j]*x[t, i].

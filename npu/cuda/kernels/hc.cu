@@ -3,26 +3,23 @@
 
 #define HC_MAX_STREAMS 16
 
-// hc_sync separates the phases of k_hc_pre's n x n part, which only
-// threads tid < nn touch: within warp 0 a warp barrier when they all fit
-// in it (n <= 5: GLM's n = 4 has 16), else the block's. nn is uniform
-// over the block, so every thread takes the same branch.
-__device__ __forceinline__ void hc_sync(int nn) {
-	if (nn <= 32) {
-		__syncwarp();
-	} else {
-		__syncthreads();
-	}
-}
-
-// k_hc_proj: grid (mix, T): m[t, j] = x[t] . fn[j] over nD for F32 fn,
-// fp64 accumulation, float4 loads four in flight per thread (x and fn
-// 16-byte aligned, nD % 4 == 0). HCPre's mixing projection at a decode
-// step's few tokens: one block per output spreads fn's rows over the GPU
-// where a GEMM library runs it as 24 dot products plus a reduction.
-extern "C" __global__ void k_hc_proj(float *m, const float *x, const float *fn, int nD) {
-	const int j = blockIdx.x, t = blockIdx.y, mix = gridDim.x;
+// k_hc_proj: grid (mix or mix + 1, T): m[t, j] = x[t] . fn[j] over nD
+// for F32 fn, fp64 accumulation, float4 loads four in flight per thread
+// (x and fn 16-byte aligned, nD % 4 == 0). HCPre's mixing projection at a
+// decode step's few tokens: one block per output spreads fn's rows over
+// the GPU where a GEMM library runs it as 24 dot products plus a
+// reduction. With ss != 0 block mix adds the fp64 sum of squares of x[t]
+// into ss[t] (k_hc_pre's RMS scale), off k_hc_pre's critical path.
+extern "C" __global__ void k_hc_proj(float *m, const float *x, const float *fn, int nD, int mix, double *ss) {
+	const int j = blockIdx.x, t = blockIdx.y;
 	const float4 *x4 = (const float4 *)(x + (i64)t * nD);
+	if (j == mix) {
+		const double q = block_sum(thread_sumsq(x + (i64)t * nD, nD, true));
+		if (threadIdx.x == 0) {
+			ss[t] = q;
+		}
+		return;
+	}
 	const float4 *f4 = (const float4 *)(fn + (i64)j * nD);
 	const int n4 = nD >> 2, step = blockDim.x;
 	double acc = 0;
@@ -49,93 +46,145 @@ extern "C" __global__ void k_hc_proj(float *m, const float *x, const float *fn, 
 	}
 }
 
-// k_hc_pre: for token t with the projection m [T, mix] (mix = (2+n)n) of
-// the raw streams x [T, n, D]: scale m by the streams' inverse RMS, form
-// pre, post [T, n] and comb [T, n, n] (Sinkhorn, in the CPU backend's
-// order of operations) and collapsed [T, D] = sum_i pre_i x_i.
+// hc_sinkhorn_warp is k_hc_pre's n x n part for nn = n*n <= 32 in warp 0's
+// registers: lane k = i*n + j holds z[i][j] (v, the logits on entry) and
+// reads its row's and column's elements by shuffles, each sum in the CPU
+// backend's order (index 0 first), so the results are the shared-memory
+// form's bits without its barriers. Every lane of the warp calls it (the
+// shuffles need them); lanes >= nn compute unused values.
+__device__ __forceinline__ float hc_sinkhorn_warp(float v, int n, int ri, int cj, int iters, float eps) {
+	const unsigned all = 0xffffffffu;
+	float mx = __shfl_sync(all, v, ri * n);
+	for (int c = 1; c < n; c++) {
+		mx = fmaxf(mx, __shfl_sync(all, v, ri * n + c));
+	}
+	const float e = expf(v - mx);
+	float sm = 0;
+	for (int c = 0; c < n; c++) {
+		sm += __shfl_sync(all, e, ri * n + c);
+	}
+	v = e / sm + eps;
+	const int cols = iters < 1 ? 1 : iters; // the CPU backend normalises the columns once regardless
+	for (int it = 0; it < cols; it++) {
+		if (it > 0 && iters >= 1) { // row normalisation
+			sm = 0;
+			for (int c = 0; c < n; c++) {
+				sm += __shfl_sync(all, v, ri * n + c);
+			}
+			v = v / (sm + eps);
+		}
+		sm = 0; // column normalisation
+		for (int i2 = 0; i2 < n; i2++) {
+			sm += __shfl_sync(all, v, i2 * n + cj);
+		}
+		v = v / (sm + eps);
+	}
+	return v;
+}
+
+// k_hc_pre: grid (T, S): for token t with the projection m [T, mix] (mix
+// = (2+n)n) of the raw streams x [T, n, D]: scale m by the streams'
+// inverse RMS (from ss[t] when ss != 0, k_hc_proj's, else summed here),
+// form pre, post [T, n] and comb [T, n, n] (Sinkhorn, in the CPU
+// backend's order of operations) and collapsed [T, D] = sum_i pre_i x_i,
+// block y writing the y-th of S slices of D (every block forms pre; block
+// 0 writes post and comb). S > 1 spreads a decode step's collapse, and
+// its reads of x, over S SMs.
 extern "C" __global__ void k_hc_pre(float *collapsed, float *post, float *comb, const float *x, const float *m,
 				    const void *base, int bdt, const void *scale, int sdt, int n, int D, int iters,
-				    float eps, float rms_eps, int vec) {
+				    float eps, float rms_eps, int vec, const double *ss) {
 	__shared__ float pre[HC_MAX_STREAMS];
 	__shared__ float z[HC_MAX_STREAMS * HC_MAX_STREAMS];
 	const int t = blockIdx.x;
+	const bool first = blockIdx.y == 0;
 	const int nD = n * D, mix = (2 + n) * n;
 	const float *xt = x + (i64)t * nD;
-	const double ss = block_sum(thread_sumsq(xt, nD, vec != 0));
-	// The small n x n part runs one thread per element (thread k = i*n+j),
-	// each sum read in the CPU backend's order so the results are the
-	// same bits; phases are separated by barriers, z ping-pongs.
+	const double q = ss != 0 ? ss[t] : block_sum(thread_sumsq(xt, nD, vec != 0));
 	__shared__ float zb[2][HC_MAX_STREAMS * HC_MAX_STREAMS];
 	const int tid = threadIdx.x, nn = n * n;
 	const int ri = tid / max(n, 1), cj = tid - ri * n;
-	const float r = (float)(1.0 / sqrt(ss / (double)nD + (double)rms_eps));
+	const float r = (float)(1.0 / sqrt(q / (double)nD + (double)rms_eps));
 	const float *mt = m + (i64)t * mix;
 	if (tid < n) {
 		const float s0 = ldf(scale, 0, sdt), s1 = ldf(scale, 1, sdt);
 		pre[tid] = sigmoidf_((mt[tid] * r) * s0 + ldf(base, tid, bdt)) + eps;
-		post[(i64)t * n + tid] = 2.0f * sigmoidf_((mt[n + tid] * r) * s1 + ldf(base, n + tid, bdt));
-	}
-	if (tid < nn) {
-		z[tid] = (mt[2 * n + tid] * r) * ldf(scale, 2, sdt) + ldf(base, 2 * n + tid, bdt);
-	}
-	__syncthreads();
-	// Row softmax plus eps.
-	if (tid < nn) {
-		const float *row = z + ri * n;
-		float mx = row[0];
-		for (int c = 1; c < n; c++) {
-			mx = fmaxf(mx, row[c]);
+		if (first) {
+			post[(i64)t * n + tid] = 2.0f * sigmoidf_((mt[n + tid] * r) * s1 + ldf(base, n + tid, bdt));
 		}
-		zb[0][tid] = expf(row[cj] - mx);
 	}
-	hc_sync(nn);
-	if (tid < nn) {
-		float sm = 0;
-		for (int c = 0; c < n; c++) {
-			sm += zb[0][ri * n + c];
-		}
-		z[tid] = zb[0][tid] / sm + eps;
-	}
-	hc_sync(nn);
-	float *cur = z, *nxt = zb[1];
-	const int cols = iters < 1 ? 1 : iters; // the CPU backend normalises the columns once regardless
-	for (int it = 0; it < cols; it++) {
-		if (it > 0 && iters >= 1) { // row normalisation
-			if (tid < nn) {
-				float sm = 0;
-				for (int c = 0; c < n; c++) {
-					sm += cur[ri * n + c];
-				}
-				sm += eps;
-				nxt[tid] = cur[tid] / sm;
+	if (nn <= 32) {
+		if (tid < 32) {
+			const float z0 = tid < nn ? (mt[2 * n + tid] * r) * ldf(scale, 2, sdt) + ldf(base, 2 * n + tid, bdt) : 0.0f;
+			const float v = hc_sinkhorn_warp(z0, n, ri, cj, iters, eps);
+			if (first && tid < nn) {
+				comb[(i64)t * nn + tid] = v;
 			}
-			hc_sync(nn);
+		}
+	} else {
+		// One thread per element (thread k = i*n+j), each sum read in the
+		// CPU backend's order so the results are the same bits; phases
+		// are separated by barriers, z ping-pongs.
+		if (tid < nn) {
+			z[tid] = (mt[2 * n + tid] * r) * ldf(scale, 2, sdt) + ldf(base, 2 * n + tid, bdt);
+		}
+		__syncthreads();
+		// Row softmax plus eps.
+		if (tid < nn) {
+			const float *row = z + ri * n;
+			float mx = row[0];
+			for (int c = 1; c < n; c++) {
+				mx = fmaxf(mx, row[c]);
+			}
+			zb[0][tid] = expf(row[cj] - mx);
+		}
+		__syncthreads();
+		if (tid < nn) {
+			float sm = 0;
+			for (int c = 0; c < n; c++) {
+				sm += zb[0][ri * n + c];
+			}
+			z[tid] = zb[0][tid] / sm + eps;
+		}
+		__syncthreads();
+		float *cur = z, *nxt = zb[1];
+		const int cols = iters < 1 ? 1 : iters;
+		for (int it = 0; it < cols; it++) {
+			if (it > 0 && iters >= 1) { // row normalisation
+				if (tid < nn) {
+					float sm = 0;
+					for (int c = 0; c < n; c++) {
+						sm += cur[ri * n + c];
+					}
+					nxt[tid] = cur[tid] / (sm + eps);
+				}
+				__syncthreads();
+				float *tmp = cur;
+				cur = nxt;
+				nxt = tmp;
+			}
+			if (tid < nn) { // column normalisation
+				float sm = 0;
+				for (int i2 = 0; i2 < n; i2++) {
+					sm += cur[i2 * n + cj];
+				}
+				nxt[tid] = cur[tid] / (sm + eps);
+			}
+			__syncthreads();
 			float *tmp = cur;
 			cur = nxt;
 			nxt = tmp;
 		}
-		if (tid < nn) { // column normalisation
-			float sm = 0;
-			for (int i2 = 0; i2 < n; i2++) {
-				sm += cur[i2 * n + cj];
-			}
-			sm += eps;
-			nxt[tid] = cur[tid] / sm;
+		if (first && tid < nn) {
+			comb[(i64)t * nn + tid] = cur[tid];
 		}
-		hc_sync(nn);
-		float *tmp = cur;
-		cur = nxt;
-		nxt = tmp;
 	}
-	if (tid < nn) {
-		comb[(i64)t * nn + tid] = cur[tid];
-	}
-	__syncthreads();
+	__syncthreads(); // pre
+	const int S = gridDim.y, y = blockIdx.y;
 	if (vec) { // the same per-element arithmetic on float4s
 		const float4 *x4 = (const float4 *)xt;
 		float4 *c4 = (float4 *)(collapsed + (i64)t * D);
-		const int D4 = D >> 2;
-		for (int d = threadIdx.x; d < D4; d += blockDim.x) {
+		const int D4 = D >> 2, per = (D4 + S - 1) / S, hi = min(D4, (y + 1) * per);
+		for (int d = y * per + threadIdx.x; d < hi; d += blockDim.x) {
 			const float4 v = x4[d];
 			float4 acc = make_float4(pre[0] * v.x, pre[0] * v.y, pre[0] * v.z, pre[0] * v.w);
 			for (int i = 1; i < n; i++) {
@@ -149,7 +198,8 @@ extern "C" __global__ void k_hc_pre(float *collapsed, float *post, float *comb, 
 		}
 		return;
 	}
-	for (int d = threadIdx.x; d < D; d += blockDim.x) {
+	const int per = (D + S - 1) / S, hi = min(D, (y + 1) * per);
+	for (int d = y * per + threadIdx.x; d < hi; d += blockDim.x) {
 		float acc = pre[0] * xt[d];
 		for (int i = 1; i < n; i++) {
 			acc = fmaf(pre[i], xt[(i64)i * D + d], acc);
