@@ -41,7 +41,6 @@ type Backend struct {
 
 	kern        *kernelSet
 	sharedOptIn map[uintptr]int // kernel -> dynamic shared memory it was allowed (launchShared)
-	shLimit     int             // sharedLimit, once asked
 
 	lt        uintptr // cuBLASLt handle
 	ltWS      uint64  // its workspace

@@ -15,15 +15,6 @@ const defaultShared = 48 << 10
 // per size). shmem beyond what the GPU allows a block is a programming
 // error of the op's limits.
 func (b *Backend) launchShared(name string, grid, block dim3, shmem int, args ...uint64) {
-	if b.optInShared(name, shmem) {
-		b.launchChecked(name, grid, block, shmem, args...)
-	}
-}
-
-// optInShared allows kernel name shmem bytes of dynamic shared memory
-// (beyond the default 48 KB it must opt in, once per size), reporting
-// false (and the failure) when the GPU refuses.
-func (b *Backend) optInShared(name string, shmem int) bool {
 	if shmem > defaultShared {
 		fn := b.kern.fn(name)
 		if b.sharedOptIn == nil {
@@ -32,23 +23,20 @@ func (b *Backend) optInShared(name string, shmem int) bool {
 		if b.sharedOptIn[fn] < shmem {
 			if err := drvFuncMaxShared(b.ctx, fn, shmem); err != nil {
 				b.fail(fmt.Errorf("cuda: %s needs %d bytes of shared memory: %w", name, shmem, err))
-				return false
+				return
 			}
 			b.sharedOptIn[fn] = shmem
 		}
 	}
-	return true
+	b.launchChecked(name, grid, block, shmem, args...)
 }
 
 // sharedLimit is the most dynamic shared memory one block may have.
 func (b *Backend) sharedLimit() int {
-	if b.shLimit == 0 {
-		b.shLimit = defaultShared
-		if n, err := drvDeviceAttr(b.dev, attrMaxSharedOptin); err == nil && n > 0 {
-			b.shLimit = n - 4096 // room for the kernels' static shared memory
-		}
+	if n, err := drvDeviceAttr(b.dev, attrMaxSharedOptin); err == nil && n > 0 {
+		return n - 4096 // room for the kernels' static shared memory
 	}
-	return b.shLimit
+	return defaultShared
 }
 
 // KPool compresses complete pools (see npu.Ops.KPool): one thread per pool

@@ -3,7 +3,6 @@ package cuda
 import (
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/npuserve/npuserve/npu"
 )
@@ -182,38 +181,14 @@ func (b *Backend) gemvTC(c, a, tok, w uint64, rt *moeRoute, M, N, K int) {
 		}
 	}
 	grid := dim3{uint32((N + gemvCols - 1) / gemvCols), uint32(ys), uint32(ks)}
-	shmem := 0
-	if gemvPipe {
-		u := gemvU
-		if name == "k_gemv_tc16" {
-			u /= 2
-		}
-		if sh := warps * gemvStages * u * 2 * 32 * 16; sh <= b.sharedLimit() {
-			name, shmem = strings.Replace(name, "k_gemv_tc", "k_gemv_tcp", 1), sh
-		}
+	if ks == 1 {
+		b.launch(name, grid, d1(32*warps), 0, c, a, tok, w, tiles, ntiles, off, pI32(M), pI32(N), pI32(K), 0, 0)
+		return
 	}
-	var part *buffer
-	pp, pc := uint64(0), uint64(0)
-	if ks > 1 {
-		part = b.temp(4 * ks * M * N)
-		pp, pc = part.ptr, b.gemvCnt
-	}
-	if b.optInShared(name, shmem) {
-		b.launch(name, grid, d1(32*warps), shmem, c, a, tok, w, tiles, ntiles, off, pI32(M), pI32(N), pI32(K), pp, pc)
-	}
-	if part != nil {
-		b.freeBuf(part)
-	}
+	part := b.temp(4 * ks * M * N)
+	b.launch(name, grid, d1(32*warps), 0, c, a, tok, w, tiles, ntiles, off, pI32(M), pI32(N), pI32(K), part.ptr, b.gemvCnt)
+	b.freeBuf(part)
 }
-
-// gemvPipe selects k_gemv_tcp (the weights streamed through gemvStages
-// cp.async stages of shared memory per warp, GEMV_P in kernels/moe.cu)
-// over k_gemv_tc (register loads): the same arithmetic, so the same
-// results, with three times the bytes in flight. false: for tests and
-// measurements.
-var gemvPipe = true
-
-const gemvStages = 3
 
 // Split K of the dense k_gemv_tc (gemvSplitK): projections of few output
 // columns (a KDA gate's 64, an indexer's 128) otherwise run on as many

@@ -514,52 +514,12 @@ __device__ __forceinline__ uint4 ld_stream(const u16 *p) {
 // part first, the two MMAs of a k block in two accumulators added at the
 // end (half the chain of dependent MMAs). Requires (host-checked) K % 8
 // == 0, A and W 16-byte aligned.
-#define GEMV_P 3 // cp.async stages of k_gemv_tcp (gemvStages in moe.go)
-
-// cp_async16 copies 16 bytes from global to shared memory asynchronously
-// (L2 only: the weights are read once), or writes 16 zero bytes when !ok.
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool ok) {
-	const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem), "r"(ok ? 16 : 0));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
-
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;"); }
-
-// gemv_tc_issue starts the copies of one warp step's weights (k blocks
-// kb0 + S*u, u < U, rows a and b of the lane) into ring stage st: each
-// lane copies, and later reads back, only its own 16-byte slots, so the
-// copies need no barrier, only the lane's own wait.
-template <int U>
-__device__ __forceinline__ void gemv_tc_issue(uint4 *ring, int st, int kb0, int S, int kbHi, int K, int q, int lane,
-					      const u16 *wa, const u16 *wb) {
-#pragma unroll
-	for (int u = 0; u < U; u++) {
-		const int kb = kb0 + S * u;
-		const i64 k = (i64)kb * 32;
-		const bool ok = kb < kbHi && k + 8 * q < K;
-		uint4 *sl = ring + ((st * U + u) * 2) * 32 + lane;
-		cp_async16(sl, ok ? wa + k : wa, ok);
-		cp_async16(sl + 32, ok ? wb + k : wb, ok);
-	}
-}
-
-// gemv_tc with P > 0 (k_gemv_tcp) streams the weights through a per-warp
-// ring of P stages in shared memory (cp.async) instead of registers:
-// P-1 steps of loads stay in flight while a step computes, three times
-// the bytes in flight per SM at the same registers (a decode GEMV is
-// bound by memory latency times the bytes a warp can wait on). The
-// arithmetic and its order are the same as P = 0, so are the results.
-template <int R, int P>
+template <int R>
 __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, const int *tok, const u16 *W,
 					const int *tiles, const int *ntiles, const int *off, int M, int N, int K,
-					float *part, int *cnt, uint4 *ringAll) {
+					float *part, int *cnt) {
 	constexpr int U = GEMV_U / R; // loads in flight per lane: the same registers for both R
 	constexpr int MT = GEMV_MT * R;
-	constexpr int PP = P > 0 ? P : 1; // ring stages (unused when P = 0)
 	int e, r0, r1;
 	if (!moe_tile(tiles, ntiles, off, M, MOE_BM, e, r0, r1)) {
 		return;
@@ -596,40 +556,18 @@ __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, co
 				acc[h][0][i] = acc[h][1][i] = 0.0f;
 			}
 		}
-		const int step = S * U;
-		const int nit = kbHi - kbLo > warp ? (kbHi - kbLo - warp + step - 1) / step : 0;
-		uint4 *ring = ringAll + (i64)warp * PP * U * 2 * 32;
-		if (P > 0) {
-#pragma unroll
-			for (int i = 0; i < P - 1; i++) {
-				gemv_tc_issue<U>(ring, i, kbLo + warp + i * step, S, kbHi, K, q, lane, wa, wb);
-				cp_async_commit();
-			}
-		}
-		for (int it = 0; it < nit; it++) {
-			const int kb0 = kbLo + warp + it * step;
+		for (int kb0 = kbLo + warp; kb0 < kbHi; kb0 += S * U) {
 			uint4 va[U], vb[U];
 			float4 x0[U][R], x1[U][R];
-			if (P > 0) {
-				gemv_tc_issue<U>(ring, (it + PP - 1) % PP, kb0 + (PP - 1) * step, S, kbHi, K, q, lane, wa, wb);
-				cp_async_commit();
-				cp_async_wait<PP - 1>();
-			}
 #pragma unroll
 			for (int u = 0; u < U; u++) {
 				const int kb = kb0 + S * u;
 				const i64 k = (i64)kb * 32;
 				const bool ok = kb < kbHi && k + 8 * q < K;
-				if (P > 0) {
-					const uint4 *sl = ring + (((it % PP) * U + u) * 2) * 32 + lane;
-					va[u] = sl[0];
-					vb[u] = sl[32];
-				} else {
-					va[u] = vb[u] = make_uint4(0u, 0u, 0u, 0u);
-					if (ok) {
-						va[u] = ld_stream(wa + k);
-						vb[u] = ld_stream(wb + k);
-					}
+				va[u] = vb[u] = make_uint4(0u, 0u, 0u, 0u);
+				if (ok) {
+					va[u] = ld_stream(wa + k);
+					vb[u] = ld_stream(wb + k);
 				}
 #pragma unroll
 				for (int h = 0; h < R; h++) {
@@ -660,9 +598,6 @@ __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, co
 					}
 				}
 			}
-		}
-		if (P > 0) {
-			cp_async_wait_all(); // the ring is reused by the next pass
 		}
 		// acc[h][0]: rows m = 8h + 2q, 8h + 2q + 1 x columns na, nb as c0
 		// (2q, na), c1 (2q+1, na), c2 (2q, nb), c3 (2q+1, nb).
@@ -739,7 +674,7 @@ extern "C" __global__ __launch_bounds__(512) void k_gemv_tc(float *C, const floa
 							    const int *tiles, const int *ntiles, const int *off, int M,
 							    int N, int K, float *part, int *cnt) {
 	__shared__ float red[GEMV_MAXW * 128];
-	gemv_tc<1, 0>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt, 0);
+	gemv_tc<1>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt);
 }
 
 // k_gemv_tc16: gemv_tc in passes of 16 rows: the dense MatMul of 9 to 16
@@ -748,24 +683,5 @@ extern "C" __global__ __launch_bounds__(512) void k_gemv_tc16(float *C, const fl
 							      const int *tiles, const int *ntiles, const int *off, int M,
 							      int N, int K, float *part, int *cnt) {
 	__shared__ float red[GEMV_MAXW * 256];
-	gemv_tc<2, 0>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt, 0);
-}
-
-// k_gemv_tcp and k_gemv_tcp16: k_gemv_tc and k_gemv_tc16 with the weights
-// streamed through GEMV_P cp.async stages; dynamic shared memory
-// blockDim.x/32 * GEMV_P * 4 KB (the ring).
-extern "C" __global__ __launch_bounds__(512) void k_gemv_tcp(float *C, const float *A, const int *tok, const u16 *W,
-							     const int *tiles, const int *ntiles, const int *off, int M,
-							     int N, int K, float *part, int *cnt) {
-	__shared__ float red[GEMV_MAXW * 128];
-	extern __shared__ uint4 ring[];
-	gemv_tc<1, GEMV_P>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt, ring);
-}
-
-extern "C" __global__ __launch_bounds__(512) void k_gemv_tcp16(float *C, const float *A, const int *tok, const u16 *W,
-							       const int *tiles, const int *ntiles, const int *off, int M,
-							       int N, int K, float *part, int *cnt) {
-	__shared__ float red[GEMV_MAXW * 256];
-	extern __shared__ uint4 ring[];
-	gemv_tc<2, GEMV_P>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt, ring);
+	gemv_tc<2>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt);
 }
