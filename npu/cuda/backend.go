@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strings"
 
 	"github.com/npuserve/npuserve/npu"
@@ -35,6 +36,7 @@ type Backend struct {
 	cc      [2]int
 	arch    string
 	sms     int
+	pdl     bool // launches allow programmatic dependent launch (usePDL)
 
 	asyncAlloc bool     // stream-ordered allocator (cuMemAllocAsync)
 	pending    []uint64 // without it: freed at the next Sync
@@ -63,6 +65,18 @@ var (
 	_ npu.Backend      = (*Backend)(nil)
 	_ npu.StreamRunner = (*Backend)(nil)
 )
+
+// EnvPDL, set to 0, launches every kernel plainly (cuLaunchKernel)
+// instead of with programmatic dependent launch.
+const EnvPDL = "NPUSERVE_CUDA_PDL"
+
+// usePDL reports whether kernels launch with programmatic dependent
+// launch (Hopper and later, unless EnvPDL is "0"): a kernel's blocks are
+// scheduled while its predecessor's last blocks finish and wait in
+// pdl_prologue (kernels/common.cuh) for its completion, hiding the
+// drain-and-fill gap between the hundreds of small kernels of a decode
+// step. Every kernel starts with pdl_prologue (TestKernelsStartWithPDL).
+func usePDL(major int, env string) bool { return major >= 9 && env != "0" }
 
 // ltWorkspaceBytes is cuBLASLt's workspace (NVIDIA recommends 32 MiB on
 // Hopper).
@@ -95,6 +109,7 @@ func New(ordinal int) (*Backend, error) {
 	b.sms, _ = drvDeviceAttr(b.dev, attrSMCount)
 	b.sms = max(b.sms, 1)
 	b.arch = archFor(b.cc[0], b.cc[1])
+	b.pdl = usePDL(b.cc[0], os.Getenv(EnvPDL)) && drvHasLaunchEx()
 	if b.total, err = drvTotalMem(b.dev); err != nil {
 		return nil, err
 	}
@@ -292,7 +307,7 @@ func (b *Backend) launch(name string, grid, block dim3, shmem int, args ...uint6
 	if b.prof != nil {
 		defer b.span(name)()
 	}
-	if err := drvLaunch(b.ctx, fn, grid, block, uint32(shmem), b.stream, b.args[:n]); err != nil {
+	if err := drvLaunch(b.ctx, fn, grid, block, uint32(shmem), b.stream, b.args[:n], b.pdl); err != nil {
 		b.fail(fmt.Errorf("cuda: launching %s: %w", name, err))
 	}
 }

@@ -55,7 +55,7 @@ func (b *Backend) HCPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, p
 		ss = mbuf.ptr + uint64(ssOff)
 		b.launch("k_hc_proj", d2(mix+1, T), d1(vecThreads(nD/4, true)), 0, mbuf.ptr, px, pf, pI32(nD), pI32(mix), ss)
 		S = hcPreSlices(D, vec)
-		threads = max(vecThreads((D+S-1)/S, vec), 32)
+		threads = max(vecThreads((D+S-1)/S, vec), (n*n+31)/32*32) // the n x n part needs a thread per element
 	} else {
 		b.MatMul(mt, x.Reshape(T, nD), fn.Reshape(mix, nD))
 	}

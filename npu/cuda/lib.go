@@ -254,15 +254,24 @@ func drvFuncMaxShared(ctx, fn uintptr, bytes int) error {
 }
 
 // drvLaunch launches fn; args holds one 8-byte slot per kernel parameter.
-func drvLaunch(ctx, fn uintptr, grid, block [3]uint32, shmem uint32, s uintptr, args []uint64) error {
+// With pdl the launch allows programmatic dependent launch
+// (cuLaunchKernelEx; the kernel waits for its predecessor itself).
+func drvLaunch(ctx, fn uintptr, grid, block [3]uint32, shmem uint32, s uintptr, args []uint64, pdl bool) error {
 	var p *C.uint64_t
 	if len(args) > 0 {
 		p = (*C.uint64_t)(unsafe.Pointer(&args[0]))
 	}
-	return cuErr("cuLaunchKernel", C.npu_cuLaunch(C.uintptr_t(ctx), C.uintptr_t(fn),
+	name, flag := "cuLaunchKernel", C.int(0)
+	if pdl {
+		name, flag = "cuLaunchKernelEx", 1
+	}
+	return cuErr(name, C.npu_cuLaunch(C.uintptr_t(ctx), C.uintptr_t(fn),
 		C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]), C.uint(block[0]), C.uint(block[1]), C.uint(block[2]),
-		C.uint(shmem), C.uintptr_t(s), p, C.int(len(args))))
+		C.uint(shmem), C.uintptr_t(s), p, C.int(len(args)), flag))
 }
+
+// drvHasLaunchEx reports whether the driver has cuLaunchKernelEx.
+func drvHasLaunchEx() bool { return C.npu_cuHasLaunchEx() != 0 }
 
 func drvEventCreate(ctx uintptr) (uintptr, error) {
 	var e C.uintptr_t

@@ -233,3 +233,40 @@ func TestQuantSupport(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelsStartWithPDL: every kernel's first statement is
+// pdl_prologue. Kernels launch with programmatic dependent launch, so one
+// that touched memory before it would race with the previous kernel.
+func TestKernelsStartWithPDL(t *testing.T) {
+	srcs, err := kernelSources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := regexp.MustCompile(`extern "C" __global__[^;{]*\{\s*`)
+	n := 0
+	for _, s := range srcs {
+		b, err := kernelFS.ReadFile("kernels/" + s.File)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := string(b)
+		for _, loc := range head.FindAllStringIndex(body, -1) {
+			n++
+			if !strings.HasPrefix(body[loc[1]:], "pdl_prologue();") {
+				t.Errorf("%s: kernel at %q does not start with pdl_prologue()", s.File, body[loc[0]:min(loc[1]+40, len(body))])
+			}
+		}
+	}
+	if n < 50 {
+		t.Errorf("found %d kernels: the pattern no longer matches the sources", n)
+	}
+	for _, c := range []struct {
+		major int
+		env   string
+		want  bool
+	}{{9, "", true}, {10, "1", true}, {9, "0", false}, {8, "", false}} {
+		if got := usePDL(c.major, c.env); got != c.want {
+			t.Errorf("usePDL(%d, %q) = %v", c.major, c.env, got)
+		}
+	}
+}

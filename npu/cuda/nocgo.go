@@ -38,9 +38,10 @@ func drvMemsetD32(uintptr, uint64, uint32, int, uintptr) error    { return errNo
 func drvModuleLoad(uintptr, []byte) (uintptr, error)              { return 0, errNoCgo }
 func drvModuleFunction(uintptr, uintptr, string) (uintptr, error) { return 0, errNoCgo }
 func drvFuncMaxShared(uintptr, uintptr, int) error                { return errNoCgo }
-func drvLaunch(uintptr, uintptr, [3]uint32, [3]uint32, uint32, uintptr, []uint64) error {
+func drvLaunch(uintptr, uintptr, [3]uint32, [3]uint32, uint32, uintptr, []uint64, bool) error {
 	return errNoCgo
 }
+func drvHasLaunchEx() bool                                        { return false }
 func drvEventCreate(uintptr) (uintptr, error)                     { return 0, errNoCgo }
 func drvEventRecord(uintptr, uintptr, uintptr) error              { return errNoCgo }
 func drvEventSync(uintptr, uintptr) error                         { return errNoCgo }

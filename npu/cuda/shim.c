@@ -41,9 +41,29 @@ typedef struct {
 } npu_lt_heuristic;
 _Static_assert(sizeof(npu_lt_heuristic) == 96, "cublasLtMatmulHeuristicResult_t is 96 bytes");
 
+// CUlaunchAttribute and CUlaunchConfig (cuda.h, CUDA 12.0+): the id padded
+// to 8 bytes, then the 64-byte CUlaunchAttributeValue union.
+typedef struct {
+	int id;
+	char pad[4];
+	union {
+		char raw[64];
+		int programmaticStreamSerializationAllowed;
+	} value;
+} NPU_CUlaunchAttribute;
+_Static_assert(sizeof(NPU_CUlaunchAttribute) == 72, "CUlaunchAttribute is 72 bytes");
+typedef struct {
+	unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+	CUstream hStream;
+	NPU_CUlaunchAttribute *attrs;
+	unsigned numAttrs;
+} NPU_CUlaunchConfig;
+_Static_assert(sizeof(NPU_CUlaunchConfig) == 56, "CUlaunchConfig is 56 bytes");
+
 // Enum values (cuda.h, cublasLt.h).
 enum {
 	CU_STREAM_NON_BLOCKING = 1,
+	NPU_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
 	CU_EVENT_DEFAULT = 0,
 	CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
 	CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
@@ -96,6 +116,7 @@ enum {
 	X(L_CU, 1, int, cuLaunchKernel,                                                                        \
 	  (CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,        \
 	   unsigned shmem, CUstream s, void **params, void **extra))                                           \
+	X(L_CU, 0, int, cuLaunchKernelEx, (const NPU_CUlaunchConfig *cfg, CUfunction fn, void **params, void **extra)) \
 	X(L_CU, 0, int, cuGetErrorName, (int rc, const char **name))                                           \
 	X(L_CU, 0, int, cuGetErrorString, (int rc, const char **str))                                          \
 	X(L_CU, 0, int, cuEventCreate, (CUevent * ev, unsigned flags))                                         \
@@ -415,7 +436,7 @@ int npu_cuFuncSetMaxDynamicShared(uintptr_t ctx, uintptr_t fn, int bytes) {
 #define NPU_MAX_ARGS 32
 
 int npu_cuLaunch(uintptr_t ctx, uintptr_t fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-		 unsigned bz, unsigned shmem, uintptr_t stream, const uint64_t *args, int nargs) {
+		 unsigned bz, unsigned shmem, uintptr_t stream, const uint64_t *args, int nargs, int pdl) {
 	BIND(ctx);
 	void *params[NPU_MAX_ARGS];
 	if (nargs < 0 || nargs > NPU_MAX_ARGS) {
@@ -424,8 +445,28 @@ int npu_cuLaunch(uintptr_t ctx, uintptr_t fn, unsigned gx, unsigned gy, unsigned
 	for (int i = 0; i < nargs; i++) {
 		params[i] = (void *)&args[i];
 	}
+	if (pdl) {
+		if (p_cuLaunchKernelEx == NULL) {
+			return NPU_SHIM_SYMBOL_MISSING;
+		}
+		NPU_CUlaunchAttribute attr;
+		memset(&attr, 0, sizeof attr);
+		attr.id = NPU_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+		attr.value.programmaticStreamSerializationAllowed = 1;
+		NPU_CUlaunchConfig cfg;
+		memset(&cfg, 0, sizeof cfg);
+		cfg.gridDimX = gx, cfg.gridDimY = gy, cfg.gridDimZ = gz;
+		cfg.blockDimX = bx, cfg.blockDimY = by, cfg.blockDimZ = bz;
+		cfg.sharedMemBytes = shmem;
+		cfg.hStream = P(stream);
+		cfg.attrs = &attr;
+		cfg.numAttrs = 1;
+		return p_cuLaunchKernelEx(&cfg, P(fn), params, NULL);
+	}
 	CALL(cuLaunchKernel, P(fn), gx, gy, gz, bx, by, bz, shmem, P(stream), params, NULL);
 }
+
+int npu_cuHasLaunchEx(void) { return p_cuLaunchKernelEx != NULL; }
 
 int npu_cuEventCreate(uintptr_t ctx, uintptr_t *ev) {
 	BIND(ctx);

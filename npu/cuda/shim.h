@@ -99,9 +99,14 @@ int npu_cuModuleLoadData(uintptr_t ctx, uintptr_t *mod, const void *image);
 int npu_cuModuleGetFunction(uintptr_t ctx, uintptr_t *fn, uintptr_t mod, const char *name);
 int npu_cuFuncSetMaxDynamicShared(uintptr_t ctx, uintptr_t fn, int bytes);
 // npu_cuLaunch launches fn with nargs parameters, each in one 8-byte slot
-// of args (a 4-byte parameter in the slot's low bytes).
+// of args (a 4-byte parameter in the slot's low bytes); with pdl through
+// cuLaunchKernelEx with programmatic stream serialization (the kernel may
+// start while the previous one finishes: it must griddepcontrol.wait
+// before touching memory, kernels/common.cuh pdl_prologue).
 int npu_cuLaunch(uintptr_t ctx, uintptr_t fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-		 unsigned bz, unsigned shmem, uintptr_t stream, const uint64_t *args, int nargs);
+		 unsigned bz, unsigned shmem, uintptr_t stream, const uint64_t *args, int nargs, int pdl);
+// npu_cuHasLaunchEx reports whether the driver has cuLaunchKernelEx.
+int npu_cuHasLaunchEx(void);
 
 int npu_cuEventCreate(uintptr_t ctx, uintptr_t *ev);
 int npu_cuEventRecord(uintptr_t ctx, uintptr_t ev, uintptr_t stream);

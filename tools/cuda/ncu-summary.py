@@ -21,11 +21,11 @@ def rows(path):
     out = []
     for r in rd:
         try:
-            t = float(r["gpu__time_duration.sum"])
+            t = float(r["gpu__time_duration.sum"].replace(",", ""))
         except (KeyError, ValueError):
             continue  # the units row
         b = r.get("dram__bytes_read.sum", "0").replace(",", "")
-        out.append((r["Kernel Name"], r.get("launch__grid_size", ""), r.get("launch__block_size", ""), t, float(b or 0)))
+        out.append((r["Kernel Name"], r.get("Grid Size", ""), r.get("Block Size", ""), t, float(b or 0)))
     return out
 
 

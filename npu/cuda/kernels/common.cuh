@@ -24,6 +24,20 @@ typedef unsigned long long u64;
 #define ERR_SHARED_SLOT 5 // two sequences with rows share a state slot
 #define ERR_POSITION 6    // a position outside its sequence, block table or cache
 
+// pdl_prologue is every kernel's first statement. Kernels launch with
+// programmatic dependent launch (usePDL in backend.go): a kernel's blocks
+// may be scheduled before the previous kernel on the stream has finished,
+// so each waits here for it (its completion and memory; a no-op when the
+// launch was plain) before reading or writing anything, then lets the
+// next kernel's blocks be scheduled as SMs free up: the drain-and-fill
+// gap between kernels overlaps the waiting, not the work.
+__device__ __forceinline__ void pdl_prologue() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 #define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
 
 // report records the first device-side failure: its code, the op (opCode in

@@ -23,6 +23,7 @@ __device__ __forceinline__ int seq_of(const int *qs, int B, int t) {
 extern "C" __global__ void k_conv1d(float *out, const float *x, const float *state, const void *w, int wdt,
 				    const int *qs, const int *slots, int B, int T, int C, int W, int nslots, int silu,
 				    int *err, int op) {
+	pdl_prologue();
 	const i64 total = (i64)T * C;
 	const int H = W - 1;
 	GRID_STRIDE(e, total) {
@@ -50,6 +51,7 @@ extern "C" __global__ void k_conv1d(float *out, const float *x, const float *sta
 // (the old state followed by its rows).
 extern "C" __global__ void k_conv1d_state(float *state, const float *x, const int *qs, const int *slots, int B, int C,
 					  int W, int nslots) {
+	pdl_prologue();
 	const i64 total = (i64)B * C;
 	const int H = W - 1;
 	GRID_STRIDE(e, total) {
@@ -82,6 +84,7 @@ extern "C" __global__ void k_conv1d_state(float *state, const float *x, const in
 extern "C" __global__ void k_conv1d_update(float *out, const float *x, float *state, const void *w, int wdt,
 					   const int *qs, const int *slots, int B, int C, int W, int nslots, int silu,
 					   int *err, int op) {
+	pdl_prologue();
 	const i64 total = (i64)B * C;
 	const int H = W - 1;
 	GRID_STRIDE(e, total) {

@@ -36,6 +36,7 @@ __device__ __forceinline__ bool dsa_row(const int *qs, const int *pos, int B, in
 // sums, the softmax and the weighted sum fp64, as on the CPU.
 extern "C" __global__ void k_kpool(float *out, const float *keys, const float *gates, const void *ape, int adt, i64 P,
 				   int kp, int d) {
+	pdl_prologue();
 	GRID_STRIDE(e, P * d) {
 		const i64 p = e / d;
 		const int c = (int)(e - p * d);
@@ -65,6 +66,7 @@ extern "C" __global__ void k_kpool(float *out, const float *keys, const float *g
 extern "C" __global__ void k_dsa_score(float *scores, const float *q, const float *w, const void *pooled, int pdt,
 				       const int *qs, const int *pos, const int *bt, int B, int t0, int Hi, int d, int kp,
 				       int bs, int maxBlocks, int nslots, int maxPools, float scale, int *err, int op) {
+	pdl_prologue();
 	extern __shared__ float sh[];
 	const int t = t0 + blockIdx.x;
 	int b, p;
@@ -186,6 +188,7 @@ __device__ __forceinline__ int pow2_at_least(int n) {
 // selected pools' positions in rank order, the tail, then -1.
 extern "C" __global__ void k_dsa_select(int *out, const float *scores, const int *qs, const int *pos, int B, int t0,
 					int kp, int topk, int tail, int width, int maxPools, int sortMax, int *err, int op) {
+	pdl_prologue();
 	extern __shared__ u64 keys[];
 	__shared__ int hist[256];
 	__shared__ int sel[2];

@@ -4,17 +4,20 @@
 // k_convert converts n elements of src (dtype sdt) into dst (dtype ddt);
 // equal dtypes are copied by the driver instead.
 extern "C" __global__ void k_convert(void *dst, int ddt, const void *src, int sdt, i64 n) {
+	pdl_prologue();
 	GRID_STRIDE(i, n) { stf(dst, i, ddt, ldf(src, i, sdt)); }
 }
 
 // k_fill16 sets n 16-bit elements to h.
 extern "C" __global__ void k_fill16(u16 *dst, u16 h, i64 n) {
+	pdl_prologue();
 	GRID_STRIDE(i, n) { dst[i] = h; }
 }
 
 // k_binary computes o = a op b (op 0: add, 1: mul) with b of bn elements
 // (n, or one row broadcast over a's rows) and dtype bdt.
 extern "C" __global__ void k_binary(float *o, const float *a, const void *b, int bdt, i64 n, i64 bn, int op) {
+	pdl_prologue();
 	GRID_STRIDE(i, n) {
 		const i64 j = bn == n ? i : i % bn;
 		const float bv = ldf(b, j, bdt);
@@ -23,14 +26,17 @@ extern "C" __global__ void k_binary(float *o, const float *a, const void *b, int
 }
 
 extern "C" __global__ void k_scale(float *o, const float *x, float s, i64 n) {
+	pdl_prologue();
 	GRID_STRIDE(i, n) { o[i] = s * x[i]; }
 }
 
 extern "C" __global__ void k_sigmoid(float *o, const float *x, i64 n) {
+	pdl_prologue();
 	GRID_STRIDE(i, n) { o[i] = sigmoidf_(x[i]); }
 }
 
 extern "C" __global__ void k_silu(float *o, const float *x, i64 n) {
+	pdl_prologue();
 	GRID_STRIDE(i, n) { o[i] = siluf_(x[i]); }
 }
 
@@ -38,6 +44,7 @@ extern "C" __global__ void k_silu(float *o, const float *x, i64 n) {
 // silu(min(gate, limit)) * clamp(up, -limit, limit) when clamp is set,
 // else silu(gate) * up. NaN propagates through min and max as in Go.
 extern "C" __global__ void k_swiglu(float *o, const float *gu, i64 rows, int inter, float limit, int clamp) {
+	pdl_prologue();
 	const i64 n = rows * inter;
 	GRID_STRIDE(i, n) {
 		const i64 r = i / inter;
@@ -55,6 +62,7 @@ extern "C" __global__ void k_swiglu(float *o, const float *gu, i64 rows, int int
 // k_softmax: one block per row of d elements. A row whose maximum is -Inf
 // comes out as zeros; a NaN anywhere in the row gives NaNs. o may alias x.
 extern "C" __global__ void k_softmax(float *o, const float *x, int d) {
+	pdl_prologue();
 	const float *xr = x + (i64)blockIdx.x * d;
 	float *orow = o + (i64)blockIdx.x * d;
 	float m = neg_inf();

@@ -7,6 +7,7 @@
 // exponentials and softplus are formed in fp64 and rounded, as on the CPU.
 extern "C" __global__ void k_kda_gate(float *g, const float *f, const void *dt_bias, int dt, const void *a_log, int adt,
 				      i64 n, int HK, int K, int has_lb, float lb) {
+	pdl_prologue();
 	GRID_STRIDE(i, n) {
 		const int c = (int)(i % HK);
 		const float x = f[i] + ldf(dt_bias, c, dt);

@@ -5,6 +5,7 @@
 // dtype sdt to odt (equal dtypes copy esize-byte elements).
 extern "C" __global__ void k_gather(void *out, int odt, const void *src, int sdt, const int *idx, i64 m, i64 rows, i64 d,
 				    int esize, int *err, int op) {
+	pdl_prologue();
 	for (i64 i = blockIdx.x; i < m; i += gridDim.x) {
 		const int r = idx[i];
 		if (r < 0 || r >= rows) {
@@ -30,6 +31,7 @@ extern "C" __global__ void k_gather(void *out, int odt, const void *src, int sdt
 // wins: a row is skipped when a later row has the same index.
 extern "C" __global__ void k_scatter(void *dst, int ddt, const void *src, int sdt, const int *idx, i64 m, i64 rows, i64 d,
 				     int esize, int *err, int op) {
+	pdl_prologue();
 	for (i64 i = blockIdx.x; i < m; i += gridDim.x) {
 		const int r = idx[i];
 		if (r < 0 || r >= rows) {

@@ -11,6 +11,7 @@
 // reduction. With ss != 0 block mix adds the fp64 sum of squares of x[t]
 // into ss[t] (k_hc_pre's RMS scale), off k_hc_pre's critical path.
 extern "C" __global__ void k_hc_proj(float *m, const float *x, const float *fn, int nD, int mix, double *ss) {
+	pdl_prologue();
 	const int j = blockIdx.x, t = blockIdx.y;
 	const float4 *x4 = (const float4 *)(x + (i64)t * nD);
 	if (j == mix) {
@@ -93,6 +94,7 @@ __device__ __forceinline__ float hc_sinkhorn_warp(float v, int n, int ri, int cj
 extern "C" __global__ void k_hc_pre(float *collapsed, float *post, float *comb, const float *x, const float *m,
 				    const void *base, int bdt, const void *scale, int sdt, int n, int D, int iters,
 				    float eps, float rms_eps, int vec, const double *ss) {
+	pdl_prologue();
 	__shared__ float pre[HC_MAX_STREAMS];
 	__shared__ float z[HC_MAX_STREAMS * HC_MAX_STREAMS];
 	const int t = blockIdx.x;
@@ -211,6 +213,7 @@ extern "C" __global__ void k_hc_pre(float *collapsed, float *post, float *comb, 
 // k_hc_post: out[t, j, d] = sum_i comb[t, i, j] x[t, i, d] + post[t, j] y[t, d].
 extern "C" __global__ void k_hc_post(float *out, const float *y, const float *post, const float *comb, const float *x,
 				     i64 T, int n, int D) {
+	pdl_prologue();
 	const i64 total = T * n * D;
 	GRID_STRIDE(e, total) {
 		const i64 t = e / ((i64)n * D);
@@ -228,6 +231,7 @@ extern "C" __global__ void k_hc_post(float *out, const float *y, const float *po
 
 // k_hc_mean: out[t, d] = (sum_i x[t, i, d]) / n.
 extern "C" __global__ void k_hc_mean(float *out, const float *x, i64 T, int n, int D) {
+	pdl_prologue();
 	const i64 total = T * D;
 	GRID_STRIDE(e, total) {
 		const i64 t = e / D;

@@ -19,6 +19,7 @@
 // k_kda_norms: inv [T, H, 2] = 1/sqrt(Σx² + 1e-6) of q and k of each row
 // and head; one warp per (row, head, q|k).
 extern "C" __global__ void k_kda_norms(double *inv, const float *qkv, int T, int H, int K) {
+	pdl_prologue();
 	const i64 warps = (i64)T * H * 2;
 	const int lane = threadIdx.x & 31;
 	for (i64 w = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; w < warps;
@@ -45,6 +46,7 @@ extern "C" __global__ void k_kda_norms(double *inv, const float *qkv, int T, int
 extern "C" __global__ void k_kda(float *out, const float *qkv, const float *g, const float *beta, float *state,
 				 const double *inv, const int *qs, const int *slots, int B, int T, int H, int K, int V,
 				 int nslots, float scale, int tok, int *err, int op) {
+	pdl_prologue();
 	extern __shared__ float stage[]; // [tok][3][K]: q̂, k̂, e
 	__shared__ float red[2][32][KDA_COLS + 1];
 	const int b = blockIdx.x / H, h = blockIdx.x - b * H;

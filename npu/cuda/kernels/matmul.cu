@@ -10,6 +10,7 @@
 // read once per GEMM_SMALL_MT rows at memory speed. vec (host-checked:
 // K % 8 == 0, x and w 16-byte aligned) loads 8 weights at a time.
 extern "C" __global__ void k_gemm_small(float *out, const float *x, const void *w, int wdt, int M, int N, int K, int vec) {
+	pdl_prologue();
 	const int lane = threadIdx.x & 31;
 	const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	if (n >= N) {
@@ -95,6 +96,7 @@ extern "C" __global__ void k_gemm_small(float *out, const float *x, const void *
 // k_split_bf16 writes x = hi + lo + O(2^-18 |x|) as two bf16 tensors
 // (hi = bf16(x), lo = bf16(x - hi)); a non-finite x keeps lo = 0.
 extern "C" __global__ void k_split_bf16(u16 *hi, u16 *lo, const float *x, i64 n) {
+	pdl_prologue();
 	GRID_STRIDE(i, n) {
 		const float v = x[i];
 		const u16 h = f32_to_bf16(v);

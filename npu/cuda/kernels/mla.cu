@@ -28,6 +28,7 @@ __device__ __forceinline__ int seq_of(const int *qs, int B, int t) {
 extern "C" __global__ void k_mla_select(int *rows, int *counts, const int *sel, const int *qs, const int *pos,
 					const int *bt, int B, int width, int n2, int bs, int maxBlocks, int nslots, int *err,
 					int op) {
+	pdl_prologue();
 	extern __shared__ int keys[];
 	__shared__ int scan[1024];
 	const int t = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
@@ -112,6 +113,7 @@ extern "C" __global__ void k_mla_select(int *rows, int *counts, const int *sel, 
 // Σ_i q[t,h,i] kvB[h*(dk+dv)+i][r].
 extern "C" __global__ void k_mla_qlat(float *qlat, const float *q, const void *kvB, int wdt, int t0, int n, int H,
 				      int dk, int dv, int R) {
+	pdl_prologue();
 	extern __shared__ float qsh[];
 	const int r0 = blockIdx.x * MLA_QT, h = blockIdx.y, nr = min(MLA_QT, n - r0);
 	for (int e = threadIdx.x; e < MLA_QT * dk; e += blockDim.x) {
@@ -152,6 +154,7 @@ extern "C" __global__ void k_mla_qlat(float *qlat, const float *q, const void *k
 // deterministic), fp32 throughout.
 extern "C" __global__ __launch_bounds__(512) void k_mla_qlat_bf16(float *qlat, const float *q, const u16 *kvB, int t0, int n,
 								   int H, int dk, int dv, int R, int ks) {
+	pdl_prologue();
 	extern __shared__ float sh[];
 	float *qsh = sh, *red = sh + MLA_QT * dk;
 	const int r0 = blockIdx.x * MLA_QT, h = blockIdx.y, nr = min(MLA_QT, n - r0);
@@ -221,6 +224,7 @@ extern "C" __global__ __launch_bounds__(512) void k_mla_qlat_bf16(float *qlat, c
 extern "C" __global__ __launch_bounds__(256) void k_mla_attn(float *z, const void *lat, int ldt, const int *rows,
 							     const int *counts, int t0, int H, int R, int width, int hg,
 							     float scale, int tps, float *pm, float *pl, float *pacc, int vec) {
+	pdl_prologue();
 	extern __shared__ float sh[];
 	const int tr = blockIdx.x, t = t0 + tr, h0 = blockIdx.y * hg, ng = min(hg, H - h0);
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -386,6 +390,7 @@ extern "C" __global__ __launch_bounds__(256) void k_mla_attn(float *z, const voi
 // Σ_s e^(m_s-M) l_s (zeros for a row without latents).
 extern "C" __global__ void k_mla_combine(float *z, const float *pm, const float *pl, const float *pacc, int splits,
 					 int n, int H, int R) {
+	pdl_prologue();
 	const int tr = blockIdx.x, h = blockIdx.y;
 	const i64 stride = (i64)n * H;
 	const i64 at = (i64)tr * H + h;
@@ -417,6 +422,7 @@ extern "C" __global__ void k_mla_combine(float *z, const float *pm, const float 
 // per lane load (R % 8 == 0, 16-byte aligned).
 extern "C" __global__ void k_mla_out(float *out, const float *z, const void *kvB, int wdt, int t0, int n, int H,
 				     int dk, int dv, int R, int vec) {
+	pdl_prologue();
 	extern __shared__ float zsh[];
 	const int r0 = blockIdx.x * MLA_QT, h = blockIdx.y, nr = min(MLA_QT, n - r0);
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;

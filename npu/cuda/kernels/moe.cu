@@ -46,6 +46,7 @@ __device__ __forceinline__ float ldw(const void *w, i64 i, int wdt, const u8 *sc
 // ntiles [1]. Dynamic shared memory: 2*E ints.
 extern "C" __global__ void k_moe_route(int *rows, int *tok, int *off, int *tiles, int *ntiles, const int *ids,
 				       int n, int k, int E, int bm, int *err, int op) {
+	pdl_prologue();
 	extern __shared__ int sh[];
 	int *cnt = sh, *cur = sh + E;
 	for (int e = threadIdx.x; e < E; e += blockDim.x) {
@@ -98,6 +99,7 @@ extern "C" __global__ void k_moe_route(int *rows, int *tok, int *off, int *tiles
 extern "C" __global__ __launch_bounds__(256) void k_moe_gemm_f(float *C, const float *A, const int *tok, const void *W,
 							       int wdt, const u8 *scale, int group, const int *tiles,
 							       const int *ntiles, const int *off, int M, int N, int K) {
+	pdl_prologue();
 	__shared__ float As[MOE_BK][MOE_BM + 4];
 	__shared__ float Bs[MOE_BK][MOE_BN + 4];
 	int e, r0, r1;
@@ -193,6 +195,7 @@ __device__ __forceinline__ void mma_bf16(float *c, u32 a0, u32 a1, u32 a2, u32 a
 extern "C" __global__ __launch_bounds__(256) void k_moe_gemm_tc(float *C, const float *A, const int *tok,
 								const u16 *W, const int *tiles, const int *ntiles,
 								const int *off, int M, int N, int K, int vec) {
+	pdl_prologue();
 	__shared__ __align__(16) u16 As[3][MOE_BM][MOE_TK + MOE_TP];
 	__shared__ __align__(16) u16 Bs[MOE_BN][MOE_TK + MOE_TP];
 	int e, r0, r1;
@@ -346,6 +349,7 @@ __device__ __forceinline__ void decode8(float *wf, const void *W, i64 i, int wdt
 extern "C" __global__ void k_moe_gemv_f(float *C, const float *A, const int *tok, const void *W, int wdt,
 					const u8 *scale, int group, const int *tiles, const int *ntiles, const int *off,
 					int M, int N, int K, int vec) {
+	pdl_prologue();
 	const int lane = threadIdx.x & 31;
 	const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	if (n >= N) {
@@ -420,6 +424,7 @@ extern "C" __global__ void k_moe_gemv_f(float *C, const float *A, const int *tok
 // step's one token spreads over D / blockDim.x blocks).
 extern "C" __global__ void k_moe_combine(float *out, const float *y, const float *weights, const int *ids,
 					 const int *rows, int k, int D) {
+	pdl_prologue();
 	__shared__ int srow[MOE_MAX_K];
 	__shared__ float sw[MOE_MAX_K];
 	const i64 t = blockIdx.x;
@@ -673,6 +678,7 @@ __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, co
 extern "C" __global__ __launch_bounds__(512) void k_gemv_tc(float *C, const float *A, const int *tok, const u16 *W,
 							    const int *tiles, const int *ntiles, const int *off, int M,
 							    int N, int K, float *part, int *cnt) {
+	pdl_prologue();
 	__shared__ float red[GEMV_MAXW * 128];
 	gemv_tc<1>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt);
 }
@@ -682,6 +688,7 @@ extern "C" __global__ __launch_bounds__(512) void k_gemv_tc(float *C, const floa
 extern "C" __global__ __launch_bounds__(512) void k_gemv_tc16(float *C, const float *A, const int *tok, const u16 *W,
 							      const int *tiles, const int *ntiles, const int *off, int M,
 							      int N, int K, float *part, int *cnt) {
+	pdl_prologue();
 	__shared__ float red[GEMV_MAXW * 256];
 	gemv_tc<2>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt);
 }

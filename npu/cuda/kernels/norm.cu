@@ -6,6 +6,7 @@
 // k_rmsnorm: y = x * rsqrt(mean(x^2) + eps) * w (w NULL: unweighted).
 // vec: x and o 16-byte aligned and n % 4 == 0 (float4 loads and stores).
 extern "C" __global__ void k_rmsnorm(float *o, const float *x, const void *w, int wdt, int n, float eps, int vec) {
+	pdl_prologue();
 	const i64 base = (i64)blockIdx.x * n;
 	const double ss = block_sum(thread_sumsq(x + base, n, vec != 0));
 	const float r = (float)(1.0 / sqrt((double)((float)(ss / n) + eps)));
@@ -37,6 +38,7 @@ extern "C" __global__ void k_rmsnorm(float *o, const float *x, const void *w, in
 // k_rmsnorm_gated: RMSNorm times sigmoid(gate).
 extern "C" __global__ void k_rmsnorm_gated(float *o, const float *x, const float *gate, const void *w, int wdt, int n,
 					   float eps) {
+	pdl_prologue();
 	const i64 base = (i64)blockIdx.x * n;
 	double ss = 0;
 	for (int c = threadIdx.x; c < n; c += blockDim.x) {
@@ -54,6 +56,7 @@ extern "C" __global__ void k_rmsnorm_gated(float *o, const float *x, const float
 // var is the biased variance).
 extern "C" __global__ void k_layernorm(float *o, const float *x, const void *w, int wdt, const void *b, int bdt, int n,
 				       float eps) {
+	pdl_prologue();
 	const i64 base = (i64)blockIdx.x * n;
 	double s = 0;
 	for (int c = threadIdx.x; c < n; c += blockDim.x) {
@@ -79,6 +82,7 @@ extern "C" __global__ void k_layernorm(float *o, const float *x, const void *w, 
 
 // k_l2norm: y = x / sqrt(sum(x^2) + eps).
 extern "C" __global__ void k_l2norm(float *o, const float *x, int n, float eps) {
+	pdl_prologue();
 	const i64 base = (i64)blockIdx.x * n;
 	double ss = 0;
 	for (int c = threadIdx.x; c < n; c += blockDim.x) {

@@ -23,6 +23,7 @@
 // 127)) half to even (zeros for a zero scale), into q [M, kp] (padding
 // zeroed) and xs [M].
 extern "C" __global__ void k_quant_dyn(signed char *q, float *xs, const float *x, int K, int kp) {
+	pdl_prologue();
 	const i64 m = blockIdx.x;
 	const float *xr = x + m * K;
 	u32 amax = 0;
@@ -47,6 +48,7 @@ extern "C" __global__ void k_quant_dyn(signed char *q, float *xs, const float *x
 // x * recip + offset, -128, 127)) with the product rounded before the
 // sum, over x [M, K] into q [M, kp].
 extern "C" __global__ void k_quant_static(signed char *q, const float *x, i64 M, int K, int kp, float recip, float offset) {
+	pdl_prologue();
 	GRID_STRIDE(i, M * kp) {
 		const i64 m = i / kp;
 		const int c = (int)(i - m * kp);
@@ -61,6 +63,7 @@ extern "C" __global__ void k_quant_static(signed char *q, const float *x, i64 M,
 
 // k_pad_i8 copies rows of K int8 values into rows of kp (zero padded).
 extern "C" __global__ void k_pad_i8(u8 *dst, const u8 *src, i64 rows, int K, int kp) {
+	pdl_prologue();
 	GRID_STRIDE(i, rows * kp) {
 		const i64 r = i / kp;
 		const int c = (int)(i - r * kp);
@@ -147,6 +150,7 @@ __device__ __forceinline__ float mx_e8m0(u8 s) {
 // magnitude (alg), each element quantized to E4M3 and back. One warp per
 // (row, block).
 extern "C" __global__ void k_mx_fake(float *o, const float *x, i64 M, int K, int group, int alg) {
+	pdl_prologue();
 	const int lane = threadIdx.x & 31;
 	const int nb = (K + group - 1) / group;
 	const i64 warps = (i64)gridDim.x * (blockDim.x >> 5);
@@ -209,6 +213,7 @@ extern "C" __global__ __launch_bounds__(256) void k_gemm_i8_tc(float *C, const s
 							       int mode, const float *xs, const float *ws, const int *qb,
 							       const float *dq, const int *tiles, const int *ntiles, const int *off,
 							       int M, int N, int kp) {
+	pdl_prologue();
 	__shared__ u32 As[QI8_BKW][QI8_BM + 1];
 	__shared__ u32 Bs[QI8_BKW][QI8_BN + 1];
 	int e, r0, r1;
@@ -290,6 +295,7 @@ extern "C" __global__ __launch_bounds__(256) void k_gemm_i8_tc(float *C, const s
 extern "C" __global__ void k_gemv_i8(float *C, const signed char *A, const int *tok, const signed char *W, int mode,
 				     const float *xs, const float *ws, const int *qb, const float *dq, const int *tiles,
 				     const int *ntiles, const int *off, int M, int N, int kp) {
+	pdl_prologue();
 	const int lane = threadIdx.x & 31;
 	const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	if (n >= N) {

@@ -19,6 +19,7 @@ __device__ __forceinline__ u64 rank_key(float v, int i) {
 // scores [T, E]. One block per (token, expert), so a decode step's few
 // tokens still spread the gate's rows over the GPU.
 extern "C" __global__ void k_router_scores(float *scores, const float *x, const void *gate, int gdt, int D) {
+	pdl_prologue();
 	const int t = blockIdx.x, e = blockIdx.y, E = gridDim.y;
 	const float *xt = x + (i64)t * D;
 	const i64 go = (i64)e * D;
@@ -47,6 +48,7 @@ extern "C" __global__ void k_router_scores(float *scores, const float *x, const 
 // (k_router_scores), bias [E] (dtype bdt); weights [T, k], ids [T, k].
 extern "C" __global__ void k_router(float *weights, int *ids, const float *scores, const void *bias, int bdt, int E,
 				    int k, int ngroup, int topk_group, int normalize, float scale) {
+	pdl_prologue();
 	extern __shared__ float sh[];
 	float *s = sh;      // [E] sigmoid scores
 	float *sb = sh + E; // [E] biased scores, -Inf outside the chosen groups

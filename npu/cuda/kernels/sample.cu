@@ -45,6 +45,7 @@ __device__ __forceinline__ void sample_emit(u64 key, int j, int row, int part, i
 // memory: sortn keys.
 extern "C" __global__ __launch_bounds__(512) void k_sample_seg(u64 *out, float *vals, int *ids, int *stats, const float *logits,
 							       const u64 *keys, int V, int n, int kk, int k, int sortn) {
+	pdl_prologue();
 	extern __shared__ u64 sk[];
 	__shared__ int cnt[2];
 	const int part = blockIdx.x, row = blockIdx.y, parts = gridDim.x;
@@ -119,6 +120,7 @@ extern "C" __global__ __launch_bounds__(512) void k_sample_seg(u64 *out, float *
 // logits [R, V], zero beyond V, counting NaN and +Inf into stats: the
 // start of the whole-row sort for a k beyond what segments serve.
 extern "C" __global__ void k_sample_keys(u64 *keys, int *stats, const float *logits, int R, int V, int p) {
+	pdl_prologue();
 	GRID_STRIDE(i, (i64)R * p) {
 		const i64 r = i / p;
 		const int c = (int)(i - r * p);
@@ -139,6 +141,7 @@ extern "C" __global__ void k_sample_keys(u64 *keys, int *stats, const float *log
 // k_bitonic_step is one (size, stride) step of a descending bitonic sort
 // of each row of keys [R, p].
 extern "C" __global__ void k_bitonic_step(u64 *keys, int R, int p, int size, int stride) {
+	pdl_prologue();
 	GRID_STRIDE(i, (i64)R * (p / 2)) {
 		const i64 r = i / (p / 2);
 		const int t = (int)(i - r * (p / 2));
@@ -156,6 +159,7 @@ extern "C" __global__ void k_bitonic_step(u64 *keys, int R, int p, int size, int
 // k_sample_take writes the first k of each sorted row of keys [R, p] as
 // vals/ids copied from logits [R, V].
 extern "C" __global__ void k_sample_take(float *vals, int *ids, const u64 *keys, const float *logits, int R, int V, int p, int k) {
+	pdl_prologue();
 	GRID_STRIDE(i, (i64)R * k) {
 		const i64 r = i / k;
 		const int j = (int)(i - r * k);

@@ -58,6 +58,7 @@ __device__ __forceinline__ int sample_bin(float v, double m, double invT, u64 *q
 // histogram, HIST_BINS*8 bytes.
 extern "C" __global__ __launch_bounds__(HIST_THREADS) void k_sample_hist(u64 *hist, const float *logits, const int *rows, const i64 *params,
 									 int R, int V, int *err, int op) {
+	pdl_prologue();
 	__shared__ u64 sh[HIST_BINS];
 	const int j = blockIdx.x;
 	const int row = rows[j];
@@ -111,6 +112,7 @@ __device__ __forceinline__ int warp_sum_i32(int v) {
 extern "C" __global__ __launch_bounds__(MEM_THREADS) void k_sample_bin_members(float *vals, int *ids, int *counts, const float *logits,
 									       const int *rows, const i64 *params, const int *bins, int R,
 									       int V, int C, int *err, int op) {
+	pdl_prologue();
 	__shared__ int cnt[MEM_SLOTS];
 	__shared__ int off[MEM_SLOTS];
 	__shared__ int total;

@@ -18,6 +18,7 @@ __device__ __forceinline__ int topk_index(u64 key) { return (int)(0xffffffffu - 
 // k_topk_rounds: one block per row; round r picks the best key below the
 // previous round's: k passes over the row, no scratch memory.
 extern "C" __global__ void k_topk_rounds(float *vals, int *idx, const float *x, int n, int k) {
+	pdl_prologue();
 	const float *xr = x + (i64)blockIdx.x * n;
 	u64 prev = ~0ull;
 	for (int r = 0; r < k; r++) {
@@ -41,6 +42,7 @@ extern "C" __global__ void k_topk_rounds(float *vals, int *idx, const float *x, 
 // k_topk_sort: one block per row of n <= p elements (p a power of two, p
 // keys of dynamic shared memory): a bitonic sort, descending.
 extern "C" __global__ void k_topk_sort(float *vals, int *idx, const float *x, int n, int k, int p) {
+	pdl_prologue();
 	extern __shared__ u64 keys[];
 	const float *xr = x + (i64)blockIdx.x * n;
 	for (int i = threadIdx.x; i < p; i += blockDim.x) {
