@@ -195,6 +195,7 @@ extern "C" __global__ void k_fp8b_gemv_f(float *C, const float *A, const int *to
 			ar[j] = A + (i64)(tok ? tok[r] : r) * K;
 		}
 		if (vec) {
+#pragma unroll 4
 			for (int c = lane * 4; c < K; c += 128) {
 				const u32 q = *(const u32 *)(wrow + c);
 				const float sc = srow[c / FP8B];
