@@ -58,13 +58,26 @@ func TestMoEQuantSampleArgumentChecks(t *testing.T) {
 		{"MatMulQ MX group", "group size", func() {
 			b.MatMulQ(ft(f32, 2, 3), ft(f32, 2, 64), &npu.QuantWeight{Scheme: npu.QMXFP8, Weight: ft(f8, 3, 64), Scale: ft(npu.U8, 3, 2), GroupSize: 16})
 		}},
+		{"MatMulQ FP8 block scale", "Scale is", func() {
+			b.MatMulQ(ft(f32, 2, 3), ft(f32, 2, 200), &npu.QuantWeight{Scheme: npu.QFP8Block, Weight: ft(f8, 3, 200), Scale: ft(f32, 1, 1), GroupSize: 128})
+		}},
+		{"MatMulQ FP8 block group", "group size", func() {
+			b.MatMulQ(ft(f32, 2, 3), ft(f32, 2, 200), &npu.QuantWeight{Scheme: npu.QFP8Block, Weight: ft(f8, 3, 200), Scale: ft(f32, 1, 2), GroupSize: 32})
+		}},
+		{"MatMulQ FP8 block dtype", "F8_E4M3", func() {
+			b.MatMulQ(ft(f32, 2, 3), ft(f32, 2, 200), &npu.QuantWeight{Scheme: npu.QFP8Block, Weight: ft(i8, 3, 200), Scale: ft(f32, 1, 2), GroupSize: 128})
+		}},
+		{"MoEQ FP8 block expert scales", "Scale is", func() {
+			b.MoEQ(ft(f32, 2, 8), ft(f32, 2, 8), &npu.QuantWeight{Scheme: npu.QFP8Block, Weight: ft(f8, 4, 6, 8), Scale: ft(f32, 1, 1), GroupSize: 128},
+				&npu.QuantWeight{Scheme: npu.QFP8Block, Weight: ft(f8, 4, 8, 3), Scale: ft(f32, 4, 1, 1), GroupSize: 128}, ft(f32, 2, 2), ft(i32, 2, 2), 0)
+		}},
 		{"MoEQ linear", "cuda: MoEQ x", func() {
 			b.MoEQ(ft(f32, 2, 8), ft(f32, 2, 8), dyn(6, 8), dyn(4, 8, 3), ft(f32, 2, 2), ft(i32, 2, 2), 0)
 		}},
 		{"MoEQ shapes", "cuda: MoEQ gateUp", func() {
 			b.MoEQ(ft(f32, 2, 8), ft(f32, 2, 8), dyn(4, 6, 8), dyn(4, 8, 4), ft(f32, 2, 2), ft(i32, 2, 2), 0)
 		}},
-		{"MoEQ static", "want W8A8_DYNAMIC or W8A8_MXFP8", func() {
+		{"MoEQ static", "want W8A8_DYNAMIC, W8A8_MXFP8 or FP8_BLOCK128", func() {
 			b.MoEQ(ft(f32, 2, 8), ft(f32, 2, 8), &npu.QuantWeight{Scheme: npu.QW8A8, Weight: ft(i8, 4, 6, 8)}, dyn(4, 8, 3), ft(f32, 2, 2), ft(i32, 2, 2), 0)
 		}},
 		{"MoEQ weights", "cuda: MoEQ out", func() {
@@ -113,6 +126,12 @@ func TestGEMVKernelConstants(t *testing.T) {
 	}
 	if m := regexp.MustCompile(`(?m)^#define QI8_BM (\d+)\b`).FindStringSubmatch(string(q)); m == nil || m[1] != strconv.Itoa(moeBM) {
 		t.Errorf("quant.cu: QI8_BM %v, want moeBM = %d (the routing's tile rows)", m, moeBM)
+	}
+	_, fd := kernelDefines(t, "kernels/fp8.cu")
+	for name, want := range map[string]int{"FP8B": npu.FP8Block, "FP8_BM": moeBM, "FP8_BN": moeBN} {
+		if got, ok := fd[name]; !ok || got != want {
+			t.Errorf("fp8.cu: %s = %d (defined %v), Go has %d", name, got, ok, want)
+		}
 	}
 	for _, k := range []string{"k_gemv_tc", "k_gemv_tc16"} {
 		bounds := regexp.MustCompile(`__launch_bounds__\((\d+)\) void ` + k + `\(`).FindStringSubmatch(text)
@@ -210,10 +229,9 @@ func TestQlatSlices(t *testing.T) {
 	}
 }
 
-// TestQuantSupport: the int8 schemes and MXFP8 run, FP8_BLOCK128 (no
-// kernels yet) and unknown schemes are refused with a reason, so that
-// loaders dequantise block-FP8 checkpoints instead of handing the ops a
-// weight they cannot compute.
+// TestQuantSupport: the int8 schemes, MXFP8 and FP8_BLOCK128 run;
+// unknown schemes are refused with a reason, so that loaders never hand
+// the ops a weight they cannot compute.
 func TestQuantSupport(t *testing.T) {
 	b := &Backend{}
 	cases := []struct {
@@ -221,7 +239,7 @@ func TestQuantSupport(t *testing.T) {
 		want string // "" = supported
 	}{
 		{npu.QW8A8Dynamic, ""}, {npu.QW8A8, ""}, {npu.QMXFP8, ""},
-		{npu.QFP8Block, "FP8_BLOCK128"}, {npu.QNone, "unknown"},
+		{npu.QFP8Block, ""}, {npu.QNone, "unknown"},
 	}
 	for _, c := range cases {
 		err := npu.SupportsQuant(b, c.s)

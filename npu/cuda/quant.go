@@ -22,6 +22,12 @@ import (
 //     fp32 (exact), the E4M3 weights decoded with their E8M0 block scales
 //     to fp32 (exact) as the GEMM loads them, and multiplied with fp32
 //     FMAs. Equal to the CPU's results up to fp32 summation order.
+//   - FP8_BLOCK128: emulated the same way (fp8.go, kernels/fp8.cu):
+//     activations quantized per row per 128 columns to E4M3 with scale
+//     max(amax/448, 1e-12) and dequantized to fp32 (bit for bit the
+//     CPU's), the E4M3 weights decoded with their F32 128x128 block
+//     scales, fp32 FMAs. Equal to the CPU's results up to fp32
+//     summation order.
 //
 // The tiled int8 GEMM runs on the tensor cores (IMMA: mma.sync m16n8k32
 // s8, k_gemm_i8_tc); for few rows a warp-per-column __dp4a kernel reads
@@ -45,7 +51,7 @@ type qdev struct {
 	kp      int    // int8 row length: K rounded up to 16, zero padded
 	w       uint64 // int8 [E, N, kp] or E4M3 [E, N, K]
 	own     *buffer
-	scale   uint64 // W8A8_DYNAMIC: F32 [E, N]; MXFP8: U8 [E, N, nb]
+	scale   uint64 // W8A8_DYNAMIC: F32 [E, N]; MXFP8: U8 [E, N, nb]; FP8_BLOCK128: F32 [E, ceil(N/128), ceil(K/128)]
 	qbias   uint64 // static: I32 [N]
 	deq     uint64 // static: F32 [N]
 	recip   float32
@@ -57,7 +63,7 @@ type qdev struct {
 // PrepareQuant converts w into the CUDA compute form: int8 weights whose
 // rows are not a multiple of 16 bytes (or not 16-byte aligned) are copied
 // once into zero-padded rows (device memory kept for the weight's life:
-// weights are loaded once); otherwise, and for MXFP8, the checkpoint
+// weights are loaded once); otherwise, and for MXFP8 and FP8_BLOCK128, the checkpoint
 // tensors are used in place. It only enqueues work. See
 // npu.Ops.PrepareQuant.
 func (b *Backend) PrepareQuant(w *npu.QuantWeight) { b.qprepared(w) }
@@ -78,16 +84,12 @@ func (b *Backend) qprepared(w *npu.QuantWeight) *qdev {
 
 var _ npu.QuantSupporter = (*Backend)(nil)
 
-// SupportsQuant implements npu.QuantSupporter: the int8 schemes and
-// W8A8_MXFP8 run; FP8_BLOCK128 is refused until its kernels (activation
-// quantizer, e4m3 block GEMM) exist, so loaders dequantise block-FP8
-// checkpoints and the selftest skips its cases.
+// SupportsQuant implements npu.QuantSupporter: the int8 schemes,
+// W8A8_MXFP8 and FP8_BLOCK128 run (the FP8 ones emulated on fp32 FMAs).
 func (b *Backend) SupportsQuant(s npu.QScheme) error {
 	switch s {
-	case npu.QW8A8Dynamic, npu.QW8A8, npu.QMXFP8:
+	case npu.QW8A8Dynamic, npu.QW8A8, npu.QMXFP8, npu.QFP8Block:
 		return nil
-	case npu.QFP8Block:
-		return fmt.Errorf("cuda: %v has no kernels in this build; dequantise the weights", s)
 	}
 	return fmt.Errorf("cuda: unknown quantization scheme %v", s)
 }
@@ -102,6 +104,9 @@ func (b *Backend) prepareQuant(w *npu.QuantWeight) *qdev {
 	case npu.QMXFP8:
 		p.scale = b.ptr(w.Scale)
 		p.group, p.alg = w.GroupSize, w.ScaleAlg
+		return p
+	case npu.QFP8Block:
+		p.scale = b.ptr(w.Scale)
 		return p
 	case npu.QW8A8Dynamic:
 		p.scale = b.ptr(w.Scale)
@@ -130,16 +135,20 @@ func (b *Backend) prepareQuant(w *npu.QuantWeight) *qdev {
 // qacts is scratch for quantized activations of M rows.
 type qacts struct {
 	buf   *buffer
-	q     uint64 // int8 [M, kp], or F32 [M, K] MX-dequantized
+	q     uint64 // int8 [M, kp], or F32 [M, K] MX- or FP8-block-dequantized
 	scale uint64 // F32 [M] (dynamic)
 }
 
 // quantizeActs enqueues the quantization of x [M, K] (fp32 rows at px)
 // for p's scheme: int8 rows of kp with per-row scales (dynamic), int8
-// rows (static), or fp32 MX round trips (MXFP8).
+// rows (static), or fp32 round trips (MXFP8, FP8_BLOCK128).
 func (b *Backend) quantizeActs(p *qdev, px uint64, M int) qacts {
 	K := p.K
 	switch p.scheme {
+	case npu.QFP8Block:
+		buf := b.temp(4 * M * K)
+		b.fp8Fake(buf.ptr, px, M, K)
+		return qacts{buf: buf, q: buf.ptr}
 	case npu.QMXFP8:
 		buf := b.temp(4 * M * K)
 		b.mxFake(buf.ptr, px, M, K, p.group, p.alg)
@@ -169,6 +178,10 @@ func (b *Backend) mxFake(o, x uint64, M, K, group, alg int) {
 func (b *Backend) gemmQ(p *qdev, c uint64, a qacts, tok uint64, rt *moeRoute, M int) {
 	if p.scheme == npu.QMXFP8 {
 		b.gemmF(c, a.q, tok, p.w, dtypeCode(npu.F8E4M3), p.scale, p.group, rt, M, p.N, p.K)
+		return
+	}
+	if p.scheme == npu.QFP8Block {
+		b.gemmFP8(c, a.q, tok, p, rt, M)
 		return
 	}
 	mode := qStatic
@@ -228,7 +241,7 @@ func (b *Backend) MatMulQ(out, x *npu.Tensor, w *npu.QuantWeight) {
 }
 
 // MoEQ is MoE with quantized experts gateUp [E, 2I, D] and down [E, D, I]
-// (each W8A8_DYNAMIC or W8A8_MXFP8): each chunk's tokens are quantized
+// (each W8A8_DYNAMIC, W8A8_MXFP8 or FP8_BLOCK128): each chunk's tokens are quantized
 // once for the gate/up GEMM (read per row through the routing), the
 // SwiGLU rows again for the down GEMM, as the CPU backend quantizes the
 // gathered rows (the same per-row arithmetic). See npu.Ops.MoEQ.
@@ -242,8 +255,8 @@ func (b *Backend) MoEQ(out, x *npu.Tensor, gateUp, down *npu.QuantWeight, weight
 		panic(fmt.Sprintf("cuda: MoEQ gateUp %v down %v for x %v", gateUp, down, x))
 	}
 	for _, w := range []*npu.QuantWeight{gateUp, down} {
-		if w.Scheme != npu.QW8A8Dynamic && w.Scheme != npu.QMXFP8 {
-			panic(fmt.Sprintf("cuda: MoEQ expert weights %v: want W8A8_DYNAMIC or W8A8_MXFP8", w))
+		if w.Scheme != npu.QW8A8Dynamic && w.Scheme != npu.QMXFP8 && w.Scheme != npu.QFP8Block {
+			panic(fmt.Sprintf("cuda: MoEQ expert weights %v: want W8A8_DYNAMIC, W8A8_MXFP8 or FP8_BLOCK128", w))
 		}
 	}
 	_, _, k := moeArgs("MoEQ", out, x, weights, ids, E)
@@ -261,6 +274,11 @@ func (b *Backend) MoEQ(out, x *npu.Tensor, gateUp, down *npu.QuantWeight, weight
 			if pd.scheme == npu.QMXFP8 {
 				b.mxFake(h, h, rt.n, I, pd.group, pd.alg) // in place
 				b.gemmF(y, h, 0, pd.w, dtypeCode(npu.F8E4M3), pd.scale, pd.group, rt, rt.n, D, I)
+				return
+			}
+			if pd.scheme == npu.QFP8Block {
+				b.fp8Fake(h, h, rt.n, I) // in place
+				b.gemmFP8(y, h, 0, pd, rt, rt.n)
 				return
 			}
 			a := b.quantizeActs(pd, h, rt.n)
