@@ -420,6 +420,10 @@ func (b *Backend) MoEQ(out, x *npu.Tensor, gateUp, down *npu.QuantWeight, weight
 		b.moeQGrouped(out, x, pg, pd, weights, ids, k, limit)
 		return
 	}
+	if pg.scheme == npu.QMXFP8 && pd.scheme == npu.QMXFP8 {
+		b.moeQGroupedMX(out, x, pg, pd, weights, ids, k, limit)
+		return
+	}
 	dense := b.alloc(npu.F32, T, E)
 	h, a, y := b.alloc(npu.F32, T, 2*I), b.alloc(npu.F32, T, I), b.alloc(npu.F32, T, D)
 	b.do(func() {
