@@ -42,6 +42,7 @@ type Backend struct {
 	ones        map[int]*npu.Tensor  // RMSNorm's unit gamma by width
 	shadows     map[*buffer][]shadow // host copies of small I32 uploads (shadow.go)
 	syncs       int                  // stream syncs so far (tests: no op syncs)
+	enqueued    map[string]int       // operators enqueued, by name (tests: which path an op took)
 	cap         *capture             // the graph capture in progress (graph.go)
 	err         error
 	closed      bool
@@ -56,7 +57,7 @@ func New(dev int) (*Backend, error) {
 	if _, err := load(); err != nil {
 		return nil, err
 	}
-	b := &Backend{dev: dev, work: make(chan func()), ones: map[int]*npu.Tensor{}}
+	b := &Backend{dev: dev, work: make(chan func()), ones: map[int]*npu.Tensor{}, enqueued: map[string]int{}}
 	ready := make(chan error)
 	go b.loop(ready)
 	if err := <-ready; err != nil {

@@ -76,11 +76,16 @@
 // with INT8 x, the INT8 ND expert stack (E, K, N) (expert weights are not
 // cast to NZ: aclnnGroupedMatmulWeightNz is not built), the per-channel
 // FLOAT32 scales and the per-token FLOAT32 scales into FLOAT16 (moe.go);
-// W8A8_MXFP8 still in the dense masked form (every expert over every row,
-// weighted by a device-built routing matrix: E/k times the routed FLOPs,
-// no host read), because the grouped MX form (FLOAT8_E8M0 scale and
-// perTokenScale, (g, ceil(K/64), N, 2) layouts) is documented for the 950
-// only and neither built nor in the stand-in.
+// W8A8_MXFP8 (950) through the same plan and aclnnGroupedMatmulV4's MX
+// mode (moeQGroupedMX: aclnnDynamicMxQuant of the expert-ordered rows,
+// FLOAT8_E4M3FN x and ND expert stack (E, K, N), FLOAT8_E8M0 scale
+// (E, ceil(K/64), N, 2) and perTokenScale (M, ceil(K/64), 2), gsK 32,
+// into FLOAT32; the document's 910_95 "mx量化" table, which ascend-api.md
+// §4.4 only summarizes as vllm-ascend's e8m0 scale dtypes); the dense
+// masked form (every expert over every row, weighted by a device-built
+// routing matrix: E/k times the routed FLOPs, no host read) is left only
+// for a gate/up and down pair of different schemes (one W8A8_DYNAMIC, one
+// W8A8_MXFP8), which no grouped call covers.
 // Every op of npu.Ops is implemented, so Open succeeds wherever the
 // installed CANN has the operators used (a missing one fails Open, or,
 // for the lazily loaded quantized ones, the first use of that scheme);
@@ -110,7 +115,8 @@
 // aclnnSigmoid, aclnnCast, aclnnInplaceCopy and aclnnMatmul are from §4;
 // aclnnAmax's from the ops-math aclnnAmax document; aclnnGroupedMatmulV4's
 // from §4.4 and its document, ops-transformer gmm/grouped_matmul/docs/
-// aclnnGroupedMatmulV4.md, read at repo-mirror-test/ops-transformer@50e9ae99;
+// aclnnGroupedMatmulV4.md, read at repo-mirror-test/ops-transformer@50e9ae99
+// (its MX mode from the 910_95 "mx量化" constraint table there);
 // aclCreateTensorList/aclDestroyTensorList from §3):
 // check them first on a real CANN, as well as what the stand-in assumes
 // about them: that aclnnSort's stable flag orders ties by index, that

@@ -36,3 +36,20 @@ func (b *Backend) gmmCall(x, w, groups, out *npu.Tensor, xShape, xStrides, wShap
 			c.list(c.tensor(out, nil, nil)), 0, 0, ws, ex)
 	})
 }
+
+// gmmMXCall enqueues aclnnGroupedMatmulV4 in its MX mode over U8 buffers
+// read as FLOAT8_E4M3FN x (xShape) and weight (wShape, wStrides; nil:
+// contiguous), FLOAT8_E8M0 scale (sShape) and perTokenScale (pShape; nil:
+// no perTokenScale), the I64 group list as counts and out: the tests use
+// it to show the stand-in's MX rules. Device thread.
+func (b *Backend) gmmMXCall(x, w, scale, pts, groups, out *npu.Tensor, xShape, wShape, wStrides, sShape, pShape []int) {
+	b.launch(C.NPU_OP_GROUPED_MATMUL_V4, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+		var pl C.uintptr_t
+		if pShape != nil {
+			pl = c.list(c.qtensor(pts, aclF8E8M0, 0, pShape, nil))
+		}
+		return C.npu_grouped_matmul_v4(c.list(c.qtensor(x, aclF8E4M3, 0, xShape, nil)), c.list(c.qtensor(w, aclF8E4M3, 0, wShape, wStrides)), 0,
+			c.list(c.qtensor(scale, aclF8E8M0, 0, sShape, nil)), 0, 0, 0, pl, c.tensor(groups, nil, nil), 0, 0, 0, 3, 0, 1, 0,
+			c.list(c.tensor(out, nil, nil)), 0, 0, ws, ex)
+	})
+}

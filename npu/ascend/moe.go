@@ -4,6 +4,7 @@ package ascend
 
 /*
 #include "shim.h"
+#include "quantshim.h"
 */
 import "C"
 
@@ -232,6 +233,54 @@ func (b *Backend) moeQGrouped(out, x *npu.Tensor, pg, pd *qprep, weights, ids *n
 		b.groupedMatmulQ(p, pd, a, ys)
 		b.moeCombine(p, out, ys)
 	})
+}
+
+// moeQGroupedMX is MoEQ for W8A8_MXFP8 experts on the 950, the way
+// vllm-ascend's MXFP8 MoE takes it (npu_grouped_matmul with
+// scale_dtype = per_token_scale_dtype = float8_e8m0fnu, ascend-api.md
+// §4.4): the plan above, then for gate/up and for down
+// aclnnDynamicMxQuant of the expert-ordered rows (row-local, so they
+// quantize as they would unpermuted) and aclnnGroupedMatmulV4 in its MX
+// mode (aclnnGroupedMatmulV4.md, 910_95 "mx量化" table: gsM = gsN = 1,
+// gsK = 32) with FLOAT8_E4M3FN x, the E4M3FN ND weight stack (E, K, N)
+// PrepareQuant made, its FLOAT8_E8M0 scales (E, ceil(K/64), N, 2) as
+// scale and the rows' E8M0 scales (M, ceil(K/64), 2) as perTokenScale,
+// into FLOAT32 (the MX mode writes it, so no cast); the clamped SwiGLU
+// between; the combine into out. Cost: the plan's and combine's 9-11
+// operators, 2 per projection, SwiGLU's 1-3: about 15 operators whatever
+// E, and the routed FLOPs (the dense form ran E/k times them).
+func (b *Backend) moeQGroupedMX(out, x *npu.Tensor, pg, pd *qprep, weights, ids *npu.Tensor, k int, limit float32) {
+	T, D := x.Dim(0), x.Dim(1)
+	N, I := T*k, pg.N/2
+	var p *moePlan
+	h, a := b.alloc(npu.F32, N, 2*I), b.alloc(npu.F32, N, I)
+	b.do(func() {
+		p = b.moeRoute(x, weights, ids, k, pg.E)
+		b.groupedMatmulMX(p, pg, p.xs, h)
+	})
+	b.SwiGLU(a, h, limit)
+	b.do(func() {
+		ys := b.scratch(npu.F32, N, D)
+		b.groupedMatmulMX(p, pd, a, ys)
+		b.moeCombine(p, out, ys)
+	})
+}
+
+// groupedMatmulMX enqueues out F32 (M, w.N) = the MXFP8 grouped product
+// of x F32 (M, w.K) in expert order with w's experts (device thread).
+func (b *Backend) groupedMatmulMX(p *moePlan, w *qprep, x, out *npu.Tensor) {
+	M, K, N := x.Dim(0), w.K, w.N
+	mk := []int{M, K}
+	xq, xs := b.scratch(npu.F8E4M3, M, K), b.scratch(npu.U8, M, w.nbe)
+	alg := C.int64_t(w.alg)
+	b.qlaunch(C.NPU_Q_DYNAMIC_MX_QUANT, func(c *call, ws *C.uint64_t, ex *C.uintptr_t) C.int {
+		return C.npu_q_dynamic_mx_quant(c.tensor(x, mk, nil), -1, aclF8E4M3, 32, alg, c.qtensor(xq, aclF8E4M3, 0, mk, nil),
+			c.qtensor(xs, aclF8E8M0, 0, []int{M, w.nbe}, nil), ws, ex)
+	})
+	b.groupedMatmul(p, func(c *call) C.uintptr_t { return c.qtensor(xq, aclF8E4M3, 0, mk, nil) },
+		func(c *call) C.uintptr_t { return c.qtensor(w.w, aclF8E4M3, 0, []int{w.E, K, N}, nil) },
+		func(c *call) C.uintptr_t { return c.qtensor(w.mxScale, aclF8E8M0, 0, []int{w.E, w.nbe / 2, N, 2}, nil) },
+		func(c *call) C.uintptr_t { return c.qtensor(xs, aclF8E8M0, 0, []int{M, w.nbe / 2, 2}, nil) }, out, M, N)
 }
 
 // groupedMatmulQ enqueues out F32 (M, w.N) = the W8A8_DYNAMIC grouped

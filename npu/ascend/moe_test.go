@@ -4,6 +4,7 @@ package ascend
 
 import (
 	"encoding/binary"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/npuserve/npuserve/npu"
 	"github.com/npuserve/npuserve/npu/cpu"
+	"github.com/npuserve/npuserve/npu/opcheck"
 )
 
 func i64s(t *testing.T, b *Backend, v ...int64) *npu.Tensor {
@@ -203,6 +205,81 @@ func TestGraphReplayMoE(t *testing.T) {
 						t.Fatalf("replay %d element %d: ascend %v, cpu %v", rep, i, got[i], want[i])
 					}
 				}
+			}
+		})
+	}
+}
+
+// TestMoEQMXFP8Grouped: on the 950, MoEQ with W8A8_MXFP8 experts matches
+// the CPU backend (npu/opcheck's case) through the grouped form: two
+// aclnnDynamicMxQuant and two MX aclnnGroupedMatmulV4 calls, no
+// per-expert aclnnQuantMatmulV5 (the dense form made 2E of them).
+func TestMoEQMXFP8Grouped(t *testing.T) {
+	t.Setenv("STANDIN_SOC", "Ascend950DT_9582")
+	b := newBackend(t)
+	c := cpu.New(1)
+	ran := 0
+	for _, tc := range opcheck.Cases() {
+		if tc.Op != "MoEQ" || !strings.Contains(tc.Name, "MXFP8") || !tc.Applies(b) {
+			continue
+		}
+		ran++
+		before := maps.Clone(b.enqueued)
+		if r := opcheck.RunCase(tc, b, c, opcheck.Options{Seed: 7, Reps: 1}); !r.Pass {
+			t.Fatalf("%v", r)
+		}
+		runs := 2 // RunCase runs the case twice (once to check it repeats)
+		for op, want := range map[string]int{"aclnnGroupedMatmulV4": 2, "aclnnDynamicMxQuant": 2, "aclnnQuantMatmulV5": 0} {
+			if got := b.enqueued[op] - before[op]; got%runs != 0 || got/runs != want {
+				t.Errorf("%s: %d calls of %s over %d runs, want %d per run", tc.Key(), got, op, runs, want)
+			}
+		}
+	}
+	if ran == 0 {
+		t.Fatal("no MoEQ MXFP8 case applies on the 950")
+	}
+}
+
+// TestGroupedMatmulMXRules: the stand-in's aclnnGroupedMatmulV4 MX mode
+// takes the documented layouts (scale (g, ceil(K/64), N, 2), or
+// (g, N, ceil(K/64), 2) with the weight transposed; perTokenScale
+// (M, ceil(K/64), 2)) and refuses each broken rule, naming it.
+func TestGroupedMatmulMXRules(t *testing.T) {
+	t.Setenv("STANDIN_SOC", "Ascend950DT_9582")
+	b := newBackend(t)
+	const M, K, N, E, kb2 = 4, 96, 8, 2, 2
+	buf := func(n int) *npu.Tensor { return npu.Must(b.FromHost(npu.U8, make([]byte, n), n)) }
+	x, w, s, p := buf(M*K), buf(E*K*N), buf(E*kb2*N*2), buf(M*kb2*2)
+	groups := i64s(t, b, 1, 3)
+	out := npu.Must(b.Alloc(npu.F32, M, N))
+	xs, ws, wT := []int{M, K}, []int{E, K, N}, []int{N * K, 1, K}
+	for _, tc := range []struct {
+		name, soc, rule string
+		wStrides        []int
+		sShape, pShape  []int
+	}{
+		{"plain weight", "", "", nil, []int{E, kb2, N, 2}, []int{M, kb2, 2}},
+		{"transposed weight", "", "", wT, []int{E, N, kb2, 2}, []int{M, kb2, 2}},
+		{"on an A2", "Ascend910B3", "gmm-mx-950-only", nil, []int{E, kb2, N, 2}, []int{M, kb2, 2}},
+		{"no perTokenScale", "", "gmm-mx-dtypes", nil, []int{E, kb2, N, 2}, nil},
+		{"scale per 32, not pairs", "", "gmm-mx-scale-shape", nil, []int{E, 2 * kb2, N}, []int{M, kb2, 2}},
+		{"the transposed layout for a plain weight", "", "gmm-mx-scale-shape", nil, []int{E, N, kb2, 2}, []int{M, kb2, 2}},
+		{"perTokenScale unpaired", "", "gmm-mx-per-token-scale-shape", nil, []int{E, kb2, N, 2}, []int{M, 2 * kb2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.soc != "" {
+				t.Setenv("STANDIN_SOC", tc.soc)
+			}
+			b.do(func() { b.gmmMXCall(x, w, s, p, groups, out, xs, ws, tc.wStrides, tc.sShape, tc.pShape) })
+			err := b.Sync()
+			if tc.rule == "" {
+				if err != nil {
+					t.Fatalf("Sync: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), "rule "+tc.rule) {
+				t.Fatalf("Sync: %v, want the stand-in's rule %q", err, tc.rule)
 			}
 		})
 	}

@@ -154,6 +154,7 @@ func (b *Backend) enqueue(name string, rc C.int, ws C.uint64_t, ex C.uintptr_t, 
 		b.fail(aclnnError(name+"GetWorkspaceSize", rc))
 		return
 	}
+	b.enqueued[name]++
 	if b.cap != nil && !b.cap.keep(b, name, ex) {
 		return
 	}

@@ -381,7 +381,9 @@ func (b *Backend) matMulQ(p *qprep, e int, out, x *npu.Tensor, M int) {
 
 // MoEQ adds the routed quantized experts to out without reading the
 // routing back to the host. W8A8_DYNAMIC experts take the grouped path of
-// moe.go (moeQGrouped). W8A8_MXFP8 experts stay in the dense masked form:
+// moe.go (moeQGrouped), W8A8_MXFP8 experts (950) its MX form
+// (moeQGroupedMX). A gate/up and down pair of different schemes, which
+// no one grouped call covers, takes the dense masked form:
 // a [T, E] matrix of routing weights is built on the device (zero fill,
 // then aclnnScatter of weights at ids along dim 1; ids of a row must be
 // distinct, as the router's are), and every expert runs over all T rows:
@@ -390,10 +392,7 @@ func (b *Backend) matMulQ(p *qprep, e int, out, x *npu.Tensor, M int) {
 // to it) and aclnnAdd into out. Cost of the dense form: E/k times the
 // expert FLOPs of the routed form and 2E elementwise passes over [T, D];
 // a row whose unrouted expert output overflows (Inf) would poison it
-// (0 * Inf). The grouped MX form (aclnnGroupedMatmulV4 with FLOAT8_E8M0
-// scale and perTokenScale) is documented for the 950 only with scale
-// layouts (g, ceil(K/64), N, 2) that the stand-in does not implement yet.
-// See npu.Ops.MoEQ.
+// (0 * Inf). See npu.Ops.MoEQ.
 func (b *Backend) MoEQ(out, x *npu.Tensor, gateUp, down *npu.QuantWeight, weights, ids *npu.Tensor, limit float32) {
 	if x.Rank() != 2 || gateUp.Experts() == 0 || down.Experts() != gateUp.Experts() || x.DType() != npu.F32 || out.DType() != npu.F32 {
 		panic(fmt.Sprintf("ascend: MoEQ x %v gateUp %v down %v out %v", x, gateUp, down, out))
@@ -418,6 +417,10 @@ func (b *Backend) MoEQ(out, x *npu.Tensor, gateUp, down *npu.QuantWeight, weight
 	}
 	if pg.scheme == npu.QW8A8Dynamic && pd.scheme == npu.QW8A8Dynamic {
 		b.moeQGrouped(out, x, pg, pd, weights, ids, k, limit)
+		return
+	}
+	if pg.scheme == npu.QMXFP8 && pd.scheme == npu.QMXFP8 {
+		b.moeQGroupedMX(out, x, pg, pd, weights, ids, k, limit)
 		return
 	}
 	dense := b.alloc(npu.F32, T, E)

@@ -44,6 +44,10 @@ int need_ctx(const char *op);
 int outs(const char *op, uint64_t *ws, aclOpExecutor **ex);
 int new_exec(const char *op, uint64_t wsz, void (*run)(void *, void *), void *args, size_t n, uint64_t *ws, aclOpExecutor **ex);
 int same_shape(const aclTensor *a, const aclTensor *b);
+// e4m3_dec and e8m0_dec decode an OCP FLOAT8_E4M3FN element and a
+// FLOAT8_E8M0 scale (2^(s-127), 0xff NaN): the MX operators' arithmetic.
+float e4m3_dec(uint8_t b);
+double e8m0_dec(uint8_t s);
 
 #pragma GCC visibility pop
 

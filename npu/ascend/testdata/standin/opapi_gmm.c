@@ -8,8 +8,16 @@
 // bias; non-quantized (FLOAT16, BFLOAT16, FLOAT32) and the int8 dynamic
 // quantization (x and weight INT8, per-channel scale (g, N) FLOAT32 into
 // FLOAT16 or BFLOAT16 into BFLOAT16, per-token scale (M,) FLOAT32 or none;
-// no scale: INT32 out). Everything else the document allows fails with a
-// stand-in-* rule; everything it forbids with the rule it states.
+// no scale: INT32 out), and on Ascend 950 (the document's 910_95) the MX
+// mode of its "动态量化（mx量化）场景约束" table: x and weight FLOAT8_E4M3FN
+// (E5M2 is documented, not implemented), scale FLOAT8_E8M0 (g, ceil(K/64),
+// N, 2) or, weight transposed, (g, N, ceil(K/64), 2), perTokenScale
+// FLOAT8_E8M0 (M, ceil(K/64), 2), bias, offset and antiquant null, out
+// BFLOAT16, FLOAT16 or FLOAT32, block sizes gsM = gsN = 1, gsK = 32:
+// y[m,n] = sum_j (sum over block j of x·w) · perTokenScale[m, j] ·
+// scale[j, n], block j at [j/2][..][j%2] of the pair axis. Everything else
+// the document allows fails with a stand-in-* rule; everything it forbids
+// with the rule it states.
 #include "opapi.h"
 
 #include <stdio.h>
@@ -20,10 +28,16 @@
 #define GMM_MAX_LIST 128
 #define GMM_MAX_GROUPS 1024
 #define GMM_MAX_LAST 65536
+#define DT_E5M2 35
+#define DT_E4M3 36
+#define DT_E8M0 37
+
+const char *aclrtGetSocName(void); // libascendcl (the stand-in's)
 
 typedef struct {
 	aclTensor x, w, out, gl, scale, pts;
 	int has_scale, has_pts, quant;
+	int mx, wt_t; // MX mode; weight transposed (its scale (g, N, ceil(K/64), 2))
 	int64_t list_type;
 } gmm_args;
 
@@ -100,7 +114,22 @@ static void run_gmm(void *p, void *ws) {
 		for (int64_t m = r0; m < end[g]; m++) {
 			for (int64_t n = 0; n < N; n++) {
 				double r;
-				if (a->quant) {
+				if (a->mx) {
+					int64_t kb2 = a->pts.dims[1];
+					double acc = 0;
+					for (int64_t kb = 0; kb * 32 < K; kb++) {
+						double dot = 0;
+						for (int64_t k = kb * 32; k < (kb + 1) * 32 && k < K; k++) {
+							dot += (double)e4m3_dec(*(uint8_t *)ptr(&a->x, m * K + k)) *
+							       e4m3_dec(*(uint8_t *)ptr(&a->w, (g * K + k) * N + n));
+						}
+						uint8_t s1 = *(uint8_t *)ptr(&a->pts, (m * kb2 + kb / 2) * 2 + kb % 2);
+						int64_t si = a->wt_t ? ((g * N + n) * kb2 + kb / 2) * 2 + kb % 2 : ((g * kb2 + kb / 2) * N + n) * 2 + kb % 2;
+						uint8_t s2 = *(uint8_t *)ptr(&a->scale, si);
+						acc += dot * e8m0_dec(s1) * e8m0_dec(s2);
+					}
+					r = (float)acc;
+				} else if (a->quant) {
 					int64_t s = 0;
 					for (int64_t k = 0; k < K; k++) {
 						s += (int64_t)get(&a->x, m * K + k) * (int64_t)w_at(&a->w, g, k, n);
@@ -125,6 +154,49 @@ static void run_gmm(void *p, void *ws) {
 		}
 		r0 = end[g];
 	}
+}
+
+// gmm_mx checks the MX mode's arguments (the 910_95 "mx量化" table) and
+// fills a's MX fields.
+static int gmm_mx(const char *op, gmm_args *a, const aclTensor *wt, const aclTensor *st, const aclTensor *pt, const aclTensor *ot, int64_t M,
+		  int64_t K, int64_t G, int64_t N, int transposed, int64_t actType) {
+	const char *soc = aclrtGetSocName();
+	if (soc == NULL || strncmp(soc, "Ascend950", 9) != 0) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "gmm-mx-950-only", "%s: the MX mode is documented for the 910_95 (Ascend 950) only; this SoC is %s",
+					 op, soc ? soc : "unknown");
+	}
+	if (a->x.dtype != DT_E4M3 || wt->dtype != DT_E4M3) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "stand-in-gmm-mx-e5m2",
+					 "%s: the stand-in implements MX with FLOAT8_E4M3FN x and weight (E5M2 is documented); x %d, weight %d", op, a->x.dtype,
+					 wt->dtype);
+	}
+	if (st == NULL || pt == NULL) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "gmm-mx-dtypes", "%s: MX takes a FLOAT8_E8M0 scale and perTokenScale (both required)", op);
+	}
+	TRY(chk(op, "scaleOptional", st, F(DT_E8M0)));
+	TRY(chk(op, "perTokenScaleOptional", pt, F(DT_E8M0)));
+	TRY(chk(op, "out", ot, FLOATS));
+	if (actType != 0) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "gmm-950-act-type", "%s: the 910_95 takes actType 0 only", op);
+	}
+	int64_t kb2 = (K + 63) / 64;
+	if (transposed ? st->ndim != 4 || st->dims[0] != G || st->dims[1] != N || st->dims[2] != kb2 || st->dims[3] != 2
+		       : st->ndim != 4 || st->dims[0] != G || st->dims[1] != kb2 || st->dims[2] != N || st->dims[3] != 2) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "gmm-mx-scale-shape",
+					 "%s: an MX scale of a single weight is (g, ceil(K/64), N, 2) = (%lld, %lld, %lld, 2), or (g, N, ceil(K/64), 2) "
+					 "with the weight transposed",
+					 op, (long long)G, (long long)kb2, (long long)N);
+	}
+	if (pt->ndim != 3 || pt->dims[0] != M || pt->dims[1] != kb2 || pt->dims[2] != 2) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "gmm-mx-per-token-scale-shape", "%s: an MX perTokenScale is (M, ceil(K/64), 2) = (%lld, %lld, 2)",
+					 op, (long long)M, (long long)kb2);
+	}
+	a->mx = 1;
+	a->wt_t = transposed;
+	a->scale = *st;
+	a->pts = *pt;
+	a->has_scale = a->has_pts = 1;
+	return 0;
 }
 
 int aclnnGroupedMatmulV4GetWorkspaceSize(const aclTensorList *x, const aclTensorList *weight, const aclTensorList *biasOptional,
@@ -171,17 +243,22 @@ int aclnnGroupedMatmulV4GetWorkspaceSize(const aclTensorList *x, const aclTensor
 	TRY(list1(op, "antiquantScaleOptional", antiquantScaleOptional, 0, &aqs));
 	TRY(list1(op, "antiquantOffsetOptional", antiquantOffsetOptional, 0, &aqo));
 	TRY(list1(op, "perTokenScaleOptional", perTokenScaleOptional, 0, &pt));
+	int mx = xt->dtype == DT_E4M3 || xt->dtype == DT_E5M2;
+	if (mx && (bt || ofs || aqs || aqo)) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "gmm-mx-null-inputs",
+					 "%s: MX (FLOAT8 x) takes no bias, offset, antiquantScale or antiquantOffset", op);
+	}
 	if (bt || ofs || aqs || aqo) {
 		return standin_violation(ACLNN_ERR_PARAM_INVALID, "stand-in-gmm-optional-inputs",
 					 "%s: the stand-in implements no bias, offset or antiquant (pseudo-quantization) inputs", op);
 	}
-	TRY(chk(op, "x", xt, FLOATS | F(DT_INT8)));
+	TRY(chk(op, "x", xt, FLOATS | F(DT_INT8) | F(DT_E4M3)));
 	TRY(chk(op, "out", ot, FLOATS | F(DT_INT8) | F(DT_INT32)));
 	if (wt != NULL && wt->format == FMT_FRACTAL_NZ) {
 		return standin_violation(ACLNN_ERR_PARAM_INVALID, "stand-in-gmm-weight-nz",
 					 "%s: the stand-in implements ND weights only (FRACTAL_NZ is documented)", op);
 	}
-	TRY(chk(op, "weight", wt, FLOATS | F(DT_INT8)));
+	TRY(chk(op, "weight", wt, FLOATS | F(DT_INT8) | F(DT_E4M3)));
 	if (groupListOptional == NULL) {
 		return standin_violation(ACLNN_ERR_PARAM_NULLPTR, "gmm-group-list-required", "%s: groupType 0 requires groupListOptional", op);
 	}
@@ -213,7 +290,11 @@ int aclnnGroupedMatmulV4GetWorkspaceSize(const aclTensorList *x, const aclTensor
 		return standin_violation(ACLNN_ERR_PARAM_INVALID, "gmm-max-groups", "%s: %lld groups; at most %d", op, (long long)G, GMM_MAX_GROUPS);
 	}
 	gmm_args a = {.x = *xt, .w = *wt, .out = *ot, .gl = *groupListOptional, .list_type = groupListType};
-	if (xt->dtype != DT_INT8) {
+	if (mx) {
+		TRY(gmm_mx(op, &a, wt, st, pt, ot, M, K, G, N, transposed, actType));
+	} else if (wt->dtype == DT_E4M3) {
+		return standin_violation(ACLNN_ERR_PARAM_INVALID, "gmm-dtype-combination", "%s: a FLOAT8 weight wants FLOAT8 x (x has %d)", op, xt->dtype);
+	} else if (xt->dtype != DT_INT8) {
 		// Non-quantized combinations (A2/A3): x, weight and out of one dtype;
 		// FLOAT32 only with single tensors (which the stand-in requires).
 		if (wt->dtype != xt->dtype || ot->dtype != xt->dtype || st || pt) {

@@ -46,7 +46,7 @@ static int q_soc950(const char *op) {
 }
 
 // ---- E4M3FN and E8M0 (OCP) ----
-static float e4m3_dec(uint8_t b) {
+float e4m3_dec(uint8_t b) {
 	int e = (b >> 3) & 15, m = b & 7;
 	float v;
 	if (e == 15 && m == 7) {
@@ -88,7 +88,7 @@ static uint8_t e4m3_enc(float f) {
 	return sign | (uint8_t)(e << 3) | (uint8_t)keep;
 }
 
-static double e8m0_dec(uint8_t s) { return s == 0xff ? NAN : ldexp(1, (int)s - 127); }
+double e8m0_dec(uint8_t s) { return s == 0xff ? NAN : ldexp(1, (int)s - 127); }
 
 static uint8_t mx_scale(float amax, int64_t alg) {
 	if (isnan(amax) || isinf(amax)) {
