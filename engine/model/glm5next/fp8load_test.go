@@ -430,7 +430,9 @@ func TestLoadBlockFP8TP2(t *testing.T) {
 					t.Errorf("%s: kept %v although its TP slice cuts 128x128 blocks", mod, l.q)
 				}
 			}
-			if !slices.ContainsFunc(logs, func(s string) bool { return strings.Contains(s, "tensor-parallel slices do not cut whole 128x128 blocks") }) {
+			if !slices.ContainsFunc(logs, func(s string) bool {
+				return strings.Contains(s, "tensor-parallel slices do not cut whole 128x128 blocks")
+			}) {
 				t.Errorf("no log line for the weights whose slices cut blocks: %q", logs)
 			}
 		})
