@@ -287,6 +287,40 @@ func TestLoadBlockFP8(t *testing.T) {
 			if checked == 0 || worst > fp8LinearTol {
 				t.Errorf("%d products checked, worst relative error %.4f (bound %.2f)", checked, worst, fp8LinearTol)
 			}
+			// The routed experts likewise: MoEQ of the kept stack against
+			// MoE of the dequantised one, every token through two experts.
+			{
+				T, D := 6, m.cfg.HiddenSize
+				x := make([]float32, T*D)
+				for i := range x {
+					x[i] = float32((i*37)%23-11) / 7
+				}
+				ids, wts := make([]int32, 2*T), make([]float32, 2*T)
+				for i := range ids {
+					ids[i], wts[i] = int32((i*5+i/2)%E), 0.25+0.5*float32(i%2)
+				}
+				h := npu.Must(be.FromHost(npu.F32, npu.EncodeFloats(x, npu.F32), T, D))
+				it := npu.Must(be.FromHost(npu.I32, npu.EncodeInt32s(ids), T, 2))
+				wt := npu.Must(be.FromHost(npu.F32, npu.EncodeFloats(wts, npu.F32), T, 2))
+				a := npu.Must(be.FromHost(npu.F32, make([]byte, 4*T*D), T, D))
+				c := npu.Must(be.FromHost(npu.F32, make([]byte, 4*T*D), T, D))
+				de := deq.layers[1].moe.experts
+				be.MoE(a, h, de.gateUp, de.down, wt, it, m.d.Limit)
+				be.MoEQ(c, h, ex.qGateUp, ex.qDown, wt, it, m.d.Limit)
+				av, cv := hostF32(be, a), hostF32(be, c)
+				for _, x := range []*npu.Tensor{h, it, wt, a, c} {
+					be.Free(x)
+				}
+				var e2, s2 float64
+				for i := range av {
+					e2 += float64(av[i]-cv[i]) * float64(av[i]-cv[i])
+					s2 += float64(av[i]) * float64(av[i])
+				}
+				t.Logf("kept FP8 routed experts vs dequantised: relative output error %.4f", math.Sqrt(e2/s2))
+				if !(s2 > 0) || math.Sqrt(e2/s2) > fp8LinearTol {
+					t.Errorf("routed experts: relative error %.4f (bound %.2f, reference norm² %g)", math.Sqrt(e2/s2), fp8LinearTol, s2)
+				}
+			}
 			r, err := Compare(m, deq, randomSeqs(3, 4, 24, m.cfg.VocabSize))
 			if err != nil {
 				t.Fatal(err)
@@ -302,12 +336,18 @@ func TestLoadBlockFP8(t *testing.T) {
 // fp8LinearTol bounds a kept linear's relative output error against its
 // dequantised weight: E4M3 activations per 128 columns (3 mantissa bits,
 // ~2-3% relative error per product; a wrong scale block is off by far
-// more). fp8RandomTop1 is the whole model's top-1 floor on the random
-// fp8Config model, whose next-token distributions are nearly flat (see
-// bugFloors in quantize_test.go): set just under the measured figure.
+// more; measured 0.036 for the linears, 0.041 for the routed experts).
+// fp8RandomTop1 is the whole model's top-1 floor, kept against
+// dequantised, on the random fp8Config model (measured 0.583 over 96
+// tokens). Its next-token distributions are nearly flat and it amplifies
+// any perturbation (see bugFloors in quantize_test.go): on the same
+// sequences the FP8 weight rounding alone (the dequantised load against
+// the float32 model) measures 0.43 top-1, W8A8_MXFP8 0.32 and bf16
+// weights 0.92; the trained fixture's figures are in
+// TestBlockFP8Agreement.
 const (
 	fp8LinearTol  = 0.05
-	fp8RandomTop1 = 0.5
+	fp8RandomTop1 = 0.55
 )
 
 // randomSeqs are n seeded sequences of length tokens below vocab.

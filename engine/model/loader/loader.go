@@ -2,8 +2,9 @@
 // model-agnostic: the model builds a list of Specs (name, shape, whether the
 // tensor is a matmul weight) and the loader checks the checkpoint against
 // it both ways (every spec present with its shape, every checkpoint tensor
-// claimed), dequantises block-FP8 weights, applies the dtype policy and
-// uploads. Names are canonical flat-layout names; the loader maps them to
+// claimed), dequantises block-FP8 weights (or, for specs marked KeepFP8,
+// leaves them to the model, which reads them with ReadBlockFP8), applies
+// the dtype policy and uploads. Names are canonical flat-layout names; the loader maps them to
 // the checkpoint's layout.
 package loader
 
