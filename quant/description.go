@@ -28,6 +28,10 @@ const (
 	W8A8        Scheme = "W8A8"         // int8 per-channel weights, static per-tensor int8 activations
 	W8A8Dynamic Scheme = "W8A8_DYNAMIC" // int8 per-channel weights, dynamic per-token int8 activations
 	W8A8MXFP8   Scheme = "W8A8_MXFP8"   // E4M3 weights and activations, E8M0 scales per block of 32
+	// FP8Block128 is not an msmodelslim scheme (ParseScheme refuses it):
+	// it names the weights of an HF/DeepSeek block-FP8 checkpoint (E4M3
+	// with weight_scale_inv per 128x128 block) kept as stored.
+	FP8Block128 Scheme = "FP8_BLOCK128"
 )
 
 // knownUnsupported are schemes vllm-ascend registers that npuserve does
@@ -66,6 +70,8 @@ func (s Scheme) QScheme() npu.QScheme {
 		return npu.QW8A8
 	case W8A8MXFP8:
 		return npu.QMXFP8
+	case FP8Block128:
+		return npu.QFP8Block
 	}
 	return npu.QNone
 }

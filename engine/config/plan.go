@@ -414,12 +414,14 @@ func (pl *planner) resolveWeights(p *Plan) error {
 		// The CPU loader keeps matrices in --dtype (auto: as stored, FP8
 		// dequantised to BF16) and everything else in F32; the quantized
 		// linears of an msmodelslim checkpoint stay int8 / float8 and run
-		// on the int8 and MXFP8 CPU kernels.
+		// on the int8 and MXFP8 CPU kernels, and the linears of a
+		// block-FP8 checkpoint stay FP8_BLOCK128 (its CPU kernels).
 		m := format
 		modelslim := false
 		switch format {
 		case fmtFP8Block:
-			m = fmtBF16
+			modelslim = true
+			m = fmtBF16 // the dequantised FP8 matrices (kv_b_proj, eh_proj) and the float ones
 		case fmtFP8Tensor:
 			// Online FP8 quantization does not exist on the cpu backend:
 			// the weights stay as stored.
@@ -452,6 +454,9 @@ func (pl *planner) resolveWeights(p *Plan) error {
 		pl.fmt = format
 		w.QuantizedBytes = quantizedBytesText[format]
 		switch format {
+		case fmtFP8Block:
+			w.Scales = "one fp32 weight_scale_inv per 128x128 block; activations quantized per token and 128 columns at run time"
+			p.Notes = append(p.Notes, "block-FP8 checkpoint: "+fp8KeptNote(pl.backend, m))
 		case fmtW8A8:
 			w.Scales = "per output channel: deq_scale (fp32) + quant_bias (int32), per-tensor input scale and offset; routed experts W8A8_DYNAMIC (fp32 weight_scale per output channel)"
 		case fmtW8A8Dyn:
@@ -480,8 +485,18 @@ func (pl *planner) resolveWeights(p *Plan) error {
 		w.QuantizedBytes = quantizedBytesText[format]
 		w.Scales = "one e8m0 byte per 32 input elements of each row"
 	case fmtFP8Block:
-		w.QuantizedBytes = "1 (float8_e4m3)"
-		w.Scales = "one fp32 weight_scale_inv per 128x128 block"
+		if !keepsFP8Block(pl.backend) {
+			// The loader dequantises every block-FP8 weight.
+			pl.fmt = p.Device.ActivationDtype
+			w.DeviceFormat = pl.fmt
+			w.QuantizedBytes = "none"
+			w.Scales = "none (block-FP8 weights dequantised when loaded)"
+			p.Notes = append(p.Notes, fmt.Sprintf("block-FP8 checkpoint: the %s backend has no FP8_BLOCK128 path, so the loader dequantises the F8_E4M3 weights to %s", pl.backend, pl.fmt))
+			break
+		}
+		w.QuantizedBytes = quantizedBytesText[format]
+		w.Scales = "one fp32 weight_scale_inv per 128x128 block; activations quantized per token and 128 columns at run time"
+		p.Notes = append(p.Notes, "block-FP8 checkpoint: "+fp8KeptNote(pl.backend, p.Device.ActivationDtype))
 	case fmtFP8Tensor:
 		w.QuantizedBytes = "1 (float8_e4m3)"
 		w.Scales = "one fp32 scale per tensor (quantized when loaded)"
@@ -496,6 +511,51 @@ var quantizedBytesText = map[string]string{
 	fmtW8A8:    "1 (int8)",
 	fmtW8A8Dyn: "1 (int8)",
 	fmtMXFP8:   "1 (float8_e4m3) + 1/32 (e8m0 scale per 32 along K)",
+	// FP8_BLOCK128: 4 bytes per 128x128 block (1/4096 per weight).
+	fmtFP8Block: "1 (float8_e4m3) + 4/16384 (fp32 scale per 128x128 block)",
+}
+
+// keepsFP8Block reports whether the loader keeps a block-FP8
+// checkpoint's linears as FP8_BLOCK128 on backend: the plan's view of
+// npu.SupportsQuant(be, npu.QFP8Block) == nil, by device name because the
+// planner opens no device. The cpu backends run it; cuda is planned as
+// keeping it (a build whose cuda backend still refuses the scheme
+// dequantises at load and logs why); ascend has no CANN path and
+// dequantises.
+func keepsFP8Block(backend string) bool {
+	switch backend {
+	case "cpu", "cpu-async", "cuda":
+		return true
+	}
+	return false
+}
+
+// fp8KeptNote says which weights of a block-FP8 checkpoint a backend that
+// keeps FP8_BLOCK128 keeps, and what the rest become (dt).
+func fp8KeptNote(backend, dt string) string {
+	return fmt.Sprintf("the %s backend keeps the F8_E4M3 linears and routed experts as FP8_BLOCK128 (1 byte per weight + fp32 block scales); "+
+		"kv_b_proj (absorbed into MLA), the MTP eh_proj and any linear whose TP slice or fused q|k|v / gate|up part does not keep whole 128x128 blocks are dequantised to %s (the loader logs which)",
+		backend, dt)
+}
+
+// fp8Kept reports whether the loader keeps a Quant tensor group of a
+// block-FP8 checkpoint as FP8_BLOCK128 with rows x cols on a rank
+// (decideFP8 in the glm5next loader): not kv_b_proj or eh_proj, and
+// whole 128-element blocks where TP cuts a dimension and in the rows of a
+// fused q|k|v or gate|up part.
+func fp8Kept(g tensorGroup, rows, cols int64) bool {
+	if strings.HasSuffix(g.Name, ".kv_b_proj.weight") || strings.HasSuffix(g.Name, ".eh_proj.weight") || len(g.Shape) != 2 {
+		return false
+	}
+	if rows != int64(g.Shape[0]) && rows%128 != 0 || cols != int64(g.Shape[1]) && cols%128 != 0 {
+		return false
+	}
+	for _, s := range []string{".q_proj.weight", ".k_proj.weight", ".gate_proj.weight"} {
+		if strings.HasSuffix(g.Name, s) && rows%128 != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // checkpointFormat resolves --quantization (and config.json's
@@ -795,7 +855,8 @@ func (pl *planner) expertsOf(e int) (first, n int) {
 
 // tensorBytes is the memory of count tensors of rows×cols on a rank.
 func (pl *planner) tensorBytes(g tensorGroup, count, rows, cols int64) int64 {
-	if !g.Quant || (HostBackend(pl.backend) && !isModelslimFormat(pl.fmt)) {
+	if !g.Quant || (HostBackend(pl.backend) && !isModelslimFormat(pl.fmt) && pl.fmt != fmtFP8Block) ||
+		(pl.fmt == fmtFP8Block && !fp8Kept(g, rows, cols)) {
 		elem := pl.otherBytes
 		if g.Matrix {
 			elem = pl.matrixBytes

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -490,17 +491,65 @@ func TestPlanWeightFormats(t *testing.T) {
 	}
 	const perLayer = 42 * 18 // TP16 EP: 18 experts per rank
 	block := func(r, c int64) int64 { return r*c + 4*((r+127)/128)*((c+127)/128) }
-	want(t, "fp8 block-128 experts", expertsOn(fullDir, "--device", "ascend", "-tp", "16", "-ep"),
+	// Block FP8 stays FP8_BLOCK128 on the backends that keep it (cpu,
+	// cuda, whatever --dtype says of the float matrices) and is
+	// dequantised on ascend.
+	want(t, "fp8 block-128 experts on cuda", expertsOn(fullDir, "--device", "cuda", "-tp", "16", "-ep"),
 		perLayer*(2*block(2048, 4096)+block(4096, 2048)))
+	want(t, "fp8 on ascend: dequantised to bf16", expertsOn(fullDir, "--device", "ascend", "-tp", "16", "-ep"), int64(perLayer*3*2048*4096*2))
 	want(t, "bf16 experts", expertsOn("org/x", "--device", "ascend", "-tp", "16", "-ep"), int64(perLayer*3*2048*4096*2))
-	want(t, "fp8 on the cpu: dequantised to bf16", expertsOn(fullDir, "-tp", "16", "-ep"), int64(perLayer*3*2048*4096*2))
-	want(t, "cpu --dtype float32", expertsOn(fullDir, "-tp", "16", "-ep", "--dtype", "float32"), int64(perLayer*3*2048*4096*4))
+	want(t, "fp8 on the cpu: kept", expertsOn(fullDir, "-tp", "16", "-ep"), perLayer*(2*block(2048, 4096)+block(4096, 2048)))
+	want(t, "fp8 on the cpu, --dtype float32: kept", expertsOn(fullDir, "-tp", "16", "-ep", "--dtype", "float32"), perLayer*(2*block(2048, 4096)+block(4096, 2048)))
 	want(t, "cpu online fp8: as stored", expertsOn("org/x", "--quantization", "fp8", "-tp", "16", "-ep"), int64(perLayer*3*2048*4096*2))
 	// w8a8 static: routed experts are W8A8_DYNAMIC (int8 + 4 B per row).
 	want(t, "w8a8 experts", expertsOn(desc("W8A8"), "--quantization", "ascend", "-tp", "16", "-ep"),
 		perLayer*(2*(2048*4096+2048*4)+(4096*2048+4096*4)))
 	// Without EP each rank holds a 1/TP slice of every expert.
 	want(t, "TP-sharded experts", expertsOn("org/x", "--device", "ascend", "-tp", "16"), int64(42*288*3*2048*4096*2/16))
+}
+
+// TestPlanBlockFP8: which tensors of a block-FP8 checkpoint the plan
+// counts as kept FP8_BLOCK128 (fp8Kept, the loader's decideFP8 rules) and
+// the note each backend prints.
+func TestPlanBlockFP8(t *testing.T) {
+	grp := func(name string, shape ...int) tensorGroup {
+		return tensorGroup{TensorSpec: TensorSpec{Name: name, Shape: shape, Matrix: true, Quant: true}, layers: 1}
+	}
+	for _, c := range []struct {
+		g          tensorGroup
+		rows, cols int64
+		kept       bool
+	}{
+		{grp("model.layers.0.self_attn.o_proj.weight", 4096, 8192), 4096, 8192, true},
+		{grp("model.layers.0.self_attn.o_proj.weight", 4096, 8192), 4096, 512, true},    // TP16 columns: 4 blocks
+		{grp("model.layers.0.self_attn.o_proj.weight", 4096, 8192), 4096, 64, false},    // TP128 columns cut a block
+		{grp("model.layers.0.mlp.gate_proj.weight", 2048, 4096), 64, 4096, false},       // TP32 rows of a fused part
+		{grp("model.layers.0.self_attn.q_proj.weight", 96, 4096), 96, 4096, false},      // a fused q|k|v part of 96 rows
+		{grp("model.layers.0.self_attn.v_proj.weight", 96, 4096), 96, 4096, true},       // the last part may end in a partial block
+		{grp("model.layers.0.self_attn.kv_b_proj.weight", 4096, 512), 4096, 512, false}, // absorbed into MLA
+		{grp("model.layers.0.mlp.experts.3.down_proj.weight", 4096, 2048), 4096, 2048, true},
+	} {
+		if got := fp8Kept(c.g, c.rows, c.cols); got != c.kept {
+			t.Errorf("fp8Kept(%s %v on a rank [%d %d]) = %v, want %v", c.g.Name, c.g.Shape, c.rows, c.cols, got, c.kept)
+		}
+	}
+	full := loadModel(t, fullDir)
+	for _, c := range []struct {
+		device, format, note string
+	}{
+		{"cpu", "fp8_block128", "the cpu backend keeps the F8_E4M3 linears and routed experts as FP8_BLOCK128"},
+		{"cuda", "fp8_block128", "the cuda backend keeps the F8_E4M3 linears"},
+		{"ascend", "bfloat16", "the ascend backend has no FP8_BLOCK128 path, so the loader dequantises the F8_E4M3 weights to bfloat16"},
+	} {
+		p, err := BuildPlan(mustServe(t, fullDir, "--device", c.device, "-tp", "16", "-ep", "--quantization", "fp8"), full, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want(t, c.device+" device format", p.Weights.DeviceFormat, c.format)
+		if !slices.ContainsFunc(p.Notes, func(n string) bool { return strings.Contains(n, c.note) }) {
+			t.Errorf("%s: notes %q lack %q", c.device, p.Notes, c.note)
+		}
+	}
 }
 
 // TestPlanLayouts: DP ranks spread over nodes by --data-parallel-size-local.

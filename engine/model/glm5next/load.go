@@ -14,8 +14,9 @@ import (
 
 // LoadOptions configure Load.
 type LoadOptions struct {
-	// DType of matmul weights on the device: "auto" (as stored; FP8 is
-	// dequantised), "float32" or "bfloat16". Everything else is F32.
+	// DType of float matmul weights on the device: "auto" (as stored;
+	// dequantised FP8 becomes BF16), "float32" or "bfloat16". Everything
+	// else is F32; kept FP8_BLOCK128 linears stay FP8.
 	DType string
 	// Progress receives a progress bar while tensors load (nil: none).
 	Progress io.Writer
@@ -24,8 +25,11 @@ type LoadOptions struct {
 	// Quantization selects how weights are read: "" (auto: an msmodelslim
 	// checkpoint when the dir has quant_model_description.json, else
 	// float or block-FP8 weights), "ascend" (require the description, as
-	// vLLM's --quantization ascend does), "fp8" or "none" (ignore any
-	// description; block-FP8 weights are dequantised).
+	// vLLM's --quantization ascend does), "fp8" (ignore any description)
+	// or "none" (ignore any description and dequantise block-FP8 weights).
+	// Under "" and "fp8" the linears of a block-FP8 checkpoint stay
+	// FP8_BLOCK128 when the backend runs that scheme (see decideFP8),
+	// whatever DType says; otherwise they are dequantised.
 	Quantization string
 	// MXScaleAlg is the MX activation scale algorithm of W8A8_MXFP8
 	// weights: 0 (OCP, vllm-ascend's default) or 1 (round up).
@@ -124,9 +128,18 @@ func loadCheckpoint(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Che
 	if m.par != nil {
 		sp = m.par.shard(sp, cfg)
 	}
+	layout, err := loader.DetectLayout(ck)
+	if err != nil {
+		return nil, fmt.Errorf("glm5next: %w", err)
+	}
+	logf := opt.Log
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	keep := decideFP8(be, ck, layout, sp, opt.Quantization, logf)
 	ls := make([]loader.Spec, len(sp))
 	for i, s := range sp {
-		ls[i] = loader.Spec{Name: s.name, Shape: s.shape, Matrix: s.matrix, Slice: s.slice, Skip: s.skip}
+		ls[i] = loader.Spec{Name: s.name, Shape: s.shape, Matrix: s.matrix, Slice: s.slice, Skip: s.skip, KeepFP8: keep[s.name]}
 	}
 	dtype := opt.DType
 	if dtype == "" {
@@ -138,10 +151,19 @@ func loadCheckpoint(be npu.Backend, cfg *config.ModelConfig, ck *safetensors.Che
 	if err != nil {
 		return nil, fmt.Errorf("glm5next: %w", err)
 	}
+	hqs, err := readFP8(ck, layout, sp, keep)
+	if err != nil {
+		for _, x := range t {
+			be.Free(x)
+		}
+		return nil, err
+	}
 	if m.par != nil {
 		m.par.renameExperts(t)
+		renameExperts(m.par, hqs)
 	}
 	a := newAssembler(be, t)
+	a.q = hqs
 	if err := a.assemble(m, form); err != nil {
 		return nil, err
 	}

@@ -562,7 +562,9 @@ func readFloats(ck *safetensors.Checkpoint, o outTensor) ([]float32, error) {
 // calibrate runs the calibration sequences through the float model and
 // returns every linear module's input range.
 func calibrate(in string, opt QuantizeOptions, logf func(string, ...any)) (map[string][2]float32, error) {
-	m, err := Load(opt.Backend, in, LoadOptions{Log: logf})
+	// The float model (a block-FP8 input dequantised): what the quantized
+	// weights are made from.
+	m, err := Load(opt.Backend, in, LoadOptions{Log: logf, Quantization: "none"})
 	if err != nil {
 		return nil, err
 	}

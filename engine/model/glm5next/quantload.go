@@ -92,9 +92,14 @@ func concatQuant(parts []*hostQuant) *hostQuant {
 	out := *parts[0]
 	out.weight, out.scale, out.mx, out.qbias, out.deq = nil, nil, nil, nil, nil
 	out.n = 0
-	for _, p := range parts {
+	for i, p := range parts {
 		if p.scheme != out.scheme || p.k != out.k {
 			panic(fmt.Sprintf("glm5next: cannot fuse %s (%s [%d,%d]) with %s (%s)", p.module, p.scheme, p.n, p.k, out.module, out.scheme))
+		}
+		if p.scheme == quant.FP8Block128 && i < len(parts)-1 && p.n%npu.FP8Block != 0 {
+			// The scale rows of 128-row blocks would straddle two parts
+			// (decideFP8 dequantises such groups).
+			panic(fmt.Sprintf("glm5next: cannot fuse %s [%d,%d] (%s): %d rows is not a multiple of the %d-row block", p.module, p.n, p.k, p.scheme, p.n, npu.FP8Block))
 		}
 		out.n += p.n
 		out.weight = append(out.weight, p.weight...)
@@ -138,6 +143,13 @@ func (a *assembler) uploadQuant(hq *hostQuant, E int) *npu.QuantWeight {
 	case quant.W8A8MXFP8:
 		w.Weight = own(a.be.FromHost(npu.F8E4M3, hq.weight, append(lead, hq.k)...))
 		w.Scale = own(a.be.FromHost(npu.U8, hq.mx, append(lead, (hq.k+hq.group-1)/hq.group)...))
+	case quant.FP8Block128:
+		w.Weight = own(a.be.FromHost(npu.F8E4M3, hq.weight, append(lead, hq.k)...))
+		blocks := []int{(hq.n + hq.group - 1) / hq.group, (hq.k + hq.group - 1) / hq.group}
+		if E > 0 {
+			blocks = append([]int{E}, blocks...)
+		}
+		w.Scale = own(a.be.FromHost(npu.F32, npu.EncodeFloats(hq.scale, npu.F32), blocks...))
 	default:
 		panic(fmt.Sprintf("glm5next: %s: cannot upload scheme %s", hq.module, hq.scheme))
 	}

@@ -423,9 +423,11 @@ func TestLoadMsmodelslimErrors(t *testing.T) {
 
 // TestQuantizeFromBlockFP8: an official-style block-FP8 checkpoint
 // (quantization_config.quant_method fp8, F8_E4M3 weights with
-// weight_scale_inv per 128x128 block) still loads through the float
-// loader, and Quantize reads it (dequantising the blocks) into an
-// msmodelslim checkpoint that loads and computes close to it.
+// weight_scale_inv per 128x128 block) loads through the float loader,
+// keeping its linears FP8_BLOCK128 by default and dequantised with
+// quantization "none", and Quantize reads it (dequantising the blocks)
+// into an msmodelslim checkpoint that loads and computes close to the
+// dequantised model.
 func TestQuantizeFromBlockFP8(t *testing.T) {
 	be := nputest.Open(0)
 	cfg := testConfig(t, nil)
@@ -477,13 +479,21 @@ func TestQuantizeFromBlockFP8(t *testing.T) {
 	cb, _ := json.Marshal(cfgMap)
 	os.WriteFile(filepath.Join(fp8Dir, "config.json"), cb, 0o644)
 
-	fm, err := Load(be, fp8Dir, LoadOptions{})
+	km, err := Load(be, fp8Dir, LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer km.Close()
+	if qs := km.quantWeights(); len(qs) == 0 || qs[0].Scheme != npu.QFP8Block {
+		t.Fatalf("block FP8 must load kept as FP8_BLOCK128 by default, got %v", qs)
+	}
+	fm, err := Load(be, fp8Dir, LoadOptions{Quantization: "none"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fm.Close()
 	if fm.Quantized() {
-		t.Fatal("block FP8 must load dequantised")
+		t.Fatal(`block FP8 must load dequantised under quantization "none"`)
 	}
 	qDir := t.TempDir()
 	if _, err := Quantize(fp8Dir, qDir, QuantizeOptions{Scheme: quant.W8A8Dynamic}); err != nil {

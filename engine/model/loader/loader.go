@@ -2,8 +2,9 @@
 // model-agnostic: the model builds a list of Specs (name, shape, whether the
 // tensor is a matmul weight) and the loader checks the checkpoint against
 // it both ways (every spec present with its shape, every checkpoint tensor
-// claimed), dequantises block-FP8 weights, applies the dtype policy and
-// uploads. Names are canonical flat-layout names; the loader maps them to
+// claimed), dequantises block-FP8 weights (or, for specs marked KeepFP8,
+// leaves them to the model, which reads them with ReadBlockFP8), applies
+// the dtype policy and uploads. Names are canonical flat-layout names; the loader maps them to
 // the checkpoint's layout.
 package loader
 
@@ -47,6 +48,12 @@ type Spec struct {
 	// are checked, but another rank holds it (the routed experts of other
 	// expert-parallel ranks).
 	Skip bool
+	// KeepFP8 marks a block-FP8 (F8_E4M3) weight that the caller keeps in
+	// its checkpoint form and reads itself with ReadBlockFP8 (to compute
+	// with it as FP8_BLOCK128): Load checks it, its scales and that Slice
+	// cuts whole 128x128 blocks, claims both tensors and uploads neither.
+	// On a tensor of another dtype it has no effect.
+	KeepFP8 bool
 }
 
 // Options control Load.
@@ -278,6 +285,14 @@ func plan(ck *safetensors.Checkpoint, layout Layout, specs []Spec, mode string) 
 				errs = append(errs, fmt.Errorf("%s: F8_E4M3 tensor %q: slices of block-scaled weights must cut dimension 0 or 1, not %v", info.File, name, s.Slice))
 				continue
 			}
+			if s.KeepFP8 {
+				if s.Slice != nil {
+					if _, err := s.Slice.Blocks(FP8Block, info.Shape[s.Slice.Dim]); err != nil {
+						errs = append(errs, fmt.Errorf("%s: F8_E4M3 tensor %q kept block-scaled: %v", info.File, name, err))
+					}
+				}
+				continue
+			}
 		default:
 			errs = append(errs, fmt.Errorf("%s: tensor %q has unsupported dtype %s (want F32, BF16, F16 or F8_E4M3)", info.File, name, info.DTypeName))
 			continue
@@ -321,6 +336,62 @@ func fp8Scale(ck *safetensors.Checkpoint, w safetensors.TensorInfo) (safetensors
 		return sc, fmt.Errorf("%s: scales %q have dtype %s (want F32, BF16 or F16)", sc.File, name, sc.DTypeName)
 	}
 	return sc, nil
+}
+
+// BlockFP8 is a block-FP8 weight as the checkpoint stores it (or a
+// rank's part of it): E4M3 elements [N, K] and one F32 scale per 128x128
+// block, [ceil(N/128), ceil(K/128)] row-major (DeepSeek's
+// weight_scale_inv: w = e4m3 * scale).
+type BlockFP8 struct {
+	N, K   int
+	Weight []byte
+	Scale  []float32
+}
+
+// ReadBlockFP8 reads the block-FP8 weight called name (a checkpoint name)
+// and its scales, or the part sl selects (nil: all of it; dimension 0 or
+// 1, cutting whole blocks, see Slice.Blocks), reading only that part.
+// Weight aliases the mapped checkpoint when the part is contiguous.
+func ReadBlockFP8(ck *safetensors.Checkpoint, name string, sl *Slice) (*BlockFP8, error) {
+	info, ok := ck.Info(name)
+	if !ok {
+		return nil, fmt.Errorf("%s: missing tensor %q", ck.Path(), name)
+	}
+	if info.DType != npu.F8E4M3 {
+		return nil, fmt.Errorf("%s: tensor %q has dtype %s, want F8_E4M3", info.File, name, info.DTypeName)
+	}
+	sc, err := fp8Scale(ck, info)
+	if err != nil {
+		return nil, err
+	}
+	q, err := ck.Data(name)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := ck.Data(sc.Name)
+	if err != nil {
+		return nil, err
+	}
+	scale := floats(sc.DType, sb)
+	w := &BlockFP8{N: info.Shape[0], K: info.Shape[1], Weight: q, Scale: scale}
+	if sl == nil {
+		return w, nil
+	}
+	if sl.Dim > 1 {
+		return nil, fmt.Errorf("%s: F8_E4M3 tensor %q: slices of block-scaled weights must cut dimension 0 or 1, not %v", info.File, name, sl)
+	}
+	shape, err := sl.Shape(info.Shape)
+	if err != nil {
+		return nil, fmt.Errorf("%s: tensor %q: %v", info.File, name, err)
+	}
+	blocks, err := sl.Blocks(FP8Block, info.Shape[sl.Dim])
+	if err != nil {
+		return nil, fmt.Errorf("%s: F8_E4M3 tensor %q: %v", info.File, name, err)
+	}
+	w.N, w.K = shape[0], shape[1]
+	w.Weight = sl.Cut(q, info.Shape, 1)
+	w.Scale = floats(npu.F32, blocks.Cut(npu.EncodeFloats(scale, npu.F32), sc.Shape, 4))
+	return w, nil
 }
 
 // mtpNames are tensors that only the MTP layer has, whatever its index.

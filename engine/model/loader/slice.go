@@ -96,6 +96,23 @@ func (s *Slice) Cut(data []byte, full []int, elemSize int) []byte {
 	return out
 }
 
+// Blocks is the slice of the block index that s selects when dimension
+// Dim (of length full) is cut into blocks of block elements (the scale
+// tensor of a block-scaled weight): every range must start on a block
+// boundary and end on one, or at full (the last range only, so that only
+// the final block may be partial). An error names the misaligned range.
+func (s *Slice) Blocks(block, full int) (*Slice, error) {
+	out := &Slice{Dim: s.Dim}
+	for i, r := range s.Ranges {
+		last := i == len(s.Ranges)-1
+		if r.Lo%block != 0 || (r.Hi%block != 0 && !(last && r.Hi == full)) {
+			return nil, fmt.Errorf("slice %v: range [%d:%d] of dimension %d (length %d) does not start and end on multiples of the %d-element block", s, r.Lo, r.Hi, s.Dim, full, block)
+		}
+		out.Ranges = append(out.Ranges, Range{Lo: r.Lo / block, Hi: (r.Hi + block - 1) / block})
+	}
+	return out, nil
+}
+
 // indices lists the selected indices of dimension Dim in order.
 func (s *Slice) indices() []int {
 	var idx []int
