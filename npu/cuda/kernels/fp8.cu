@@ -13,36 +13,6 @@
 #define FP8_BK 16        // K step of the tiled GEMM
 #define FP8_SMALL_MT 8   // rows per pass of the warp-per-column kernel
 
-// e4m3_from_f32 is quant.E4M3FromF32 (quant.cu's): round to nearest
-// even, saturating to ±448, NaN to 0x7f with the sign, the sign of zero
-// kept.
-__device__ __forceinline__ u8 e4m3_from_f32(float f) {
-	const u32 u = __float_as_uint(f);
-	const u8 sign = (u8)((u >> 24) & 0x80u);
-	const u32 a = u & 0x7fffffffu;
-	if (a > 0x7f800000u) {
-		return sign | 0x7f;
-	}
-	if (a >= 0x43e00000u) {
-		return sign | 0x7e;
-	}
-	if (a < 0x3c800000u) {
-		return sign | (u8)(int)rintf(__uint_as_float(a) * 512.0f);
-	}
-	const int exp = (int)(a >> 23) - 127;
-	const u32 mant = a & 0x7fffffu;
-	u32 keep = mant >> 20;
-	const u32 rem = mant & 0xfffffu;
-	if (rem > (1u << 19) || (rem == (1u << 19) && (keep & 1u))) {
-		keep++;
-	}
-	int e = exp + 7;
-	if (keep == 8) {
-		keep = 0;
-		e++;
-	}
-	return sign | (u8)(e << 3) | (u8)keep;
-}
 
 // k_fp8_act_fake: quant.FP8ActFakeQuant of each row of x [M, K] into o
 // (may alias x): per group of 128 columns, amax the largest magnitude

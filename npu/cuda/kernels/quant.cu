@@ -71,35 +71,6 @@ extern "C" __global__ void k_pad_i8(u8 *dst, const u8 *src, i64 rows, int K, int
 	}
 }
 
-// e4m3_from_f32 is quant.E4M3FromF32: round to nearest even, saturating
-// to ±448, NaN to 0x7f with the sign, the sign of zero kept.
-__device__ __forceinline__ u8 e4m3_from_f32(float f) {
-	const u32 u = __float_as_uint(f);
-	const u8 sign = (u8)((u >> 24) & 0x80u);
-	const u32 a = u & 0x7fffffffu;
-	if (a > 0x7f800000u) {
-		return sign | 0x7f;
-	}
-	if (a >= 0x43e00000u) {
-		return sign | 0x7e;
-	}
-	if (a < 0x3c800000u) {
-		return sign | (u8)(int)rintf(__uint_as_float(a) * 512.0f);
-	}
-	const int exp = (int)(a >> 23) - 127;
-	const u32 mant = a & 0x7fffffu;
-	u32 keep = mant >> 20;
-	const u32 rem = mant & 0xfffffu;
-	if (rem > (1u << 19) || (rem == (1u << 19) && (keep & 1u))) {
-		keep++;
-	}
-	int e = exp + 7;
-	if (keep == 8) {
-		keep = 0;
-		e++;
-	}
-	return sign | (u8)(e << 3) | (u8)keep;
-}
 
 // mx_scale is quant.MXScale of a block's largest magnitude (nan: the
 // block holds a NaN): 0 = OCP, 1 = round up.
