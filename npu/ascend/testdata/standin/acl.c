@@ -230,9 +230,16 @@ int aclrtGetCurrentContext(void **out) {
 
 // ---- memory ----
 
+// find_alloc is the live allocation holding [p, p+n), moved to the front of
+// the list (with g_mu held) so that the few buffers an op touches are found
+// at once when it is checked again.
 static alloc *find_alloc(const void *p, size_t n) {
-	for (alloc *a = g_allocs; a != NULL; a = a->next) {
+	for (alloc **pa = &g_allocs; *pa != NULL; pa = &(*pa)->next) {
+		alloc *a = *pa;
 		if ((const char *)p >= a->p && (const char *)p + n <= a->p + a->n) {
+			*pa = a->next;
+			a->next = g_allocs;
+			g_allocs = a;
 			return a;
 		}
 	}

@@ -86,6 +86,19 @@ int chk(const char *op, const char *name, const aclTensor *t, uint64_t dtmask) {
 // elem is the storage element index of the lin-th element (row-major) of
 // t's view.
 int64_t elem(const aclTensor *t, int64_t lin) {
+	// A row-major contiguous view (the common case) needs no divisions.
+	int contiguous = 1;
+	int64_t want = 1;
+	for (int i = (int)t->ndim - 1; i >= 0; i--) {
+		if (t->dims[i] != 1 && t->strides[i] != want) {
+			contiguous = 0;
+			break;
+		}
+		want *= t->dims[i];
+	}
+	if (contiguous) {
+		return t->offset + lin;
+	}
 	int64_t off = t->offset;
 	for (int i = (int)t->ndim - 1; i >= 0; i--) {
 		int64_t d = t->dims[i];
@@ -161,6 +174,9 @@ static int bcast_ok(const aclTensor *a, const aclTensor *out) {
 
 // bidx maps out's lin-th element to a's (broadcast) linear index.
 static int64_t bidx(const aclTensor *a, const aclTensor *out, int64_t lin) {
+	if (a->ndim == out->ndim && memcmp(a->dims, out->dims, sizeof(int64_t) * a->ndim) == 0) {
+		return lin; // no broadcast
+	}
 	int64_t r = 0, mul = 1;
 	for (uint64_t i = 0; i < out->ndim; i++) {
 		int64_t d = out->dims[out->ndim - 1 - i], c = lin % d;
@@ -1034,17 +1050,41 @@ static void run_mm(void *p, void *ws) {
 	float *acc = ws; // fp32 accumulators, B*M*N, in the workspace
 	int nd = a->x.ndim;
 	int64_t B = nd == 3 ? a->x.dims[0] : 1, M = a->x.dims[nd - 2], K = a->x.dims[nd - 1], N = a->w.dims[nd - 1];
+	// The operands are read once through their views into host scratch
+	// (x as is, w transposed to (B, N, K)) so the inner loop is contiguous;
+	// the products and their order are those of a plain triple loop.
+	float *x = malloc(sizeof(float) * (size_t)(B * M * K + 1)), *wt = malloc(sizeof(float) * (size_t)(B * K * N + 1));
+	if (x == NULL || wt == NULL) {
+		free(x);
+		free(wt);
+		standin_stream_fail("stand-in-host-memory", "aclnnMatmul: the stand-in could not allocate its host scratch");
+		return;
+	}
+	for (int64_t i = 0; i < B * M * K; i++) {
+		x[i] = (float)get(&a->x, i);
+	}
+	for (int64_t b = 0; b < B; b++) {
+		for (int64_t k = 0; k < K; k++) {
+			for (int64_t j = 0; j < N; j++) {
+				wt[(b * N + j) * K + k] = (float)get(&a->w, (b * K + k) * N + j);
+			}
+		}
+	}
 	for (int64_t b = 0; b < B; b++) {
 		for (int64_t i = 0; i < M; i++) {
+			const float *xr = x + (b * M + i) * K;
 			for (int64_t j = 0; j < N; j++) {
+				const float *wr = wt + (b * N + j) * K;
 				float s = 0;
 				for (int64_t k = 0; k < K; k++) {
-					s += (float)get(&a->x, (b * M + i) * K + k) * (float)get(&a->w, (b * K + k) * N + j);
+					s += xr[k] * wr[k];
 				}
 				acc[(b * M + i) * N + j] = s;
 			}
 		}
 	}
+	free(x);
+	free(wt);
 	for (int64_t i = 0; i < B * M * N; i++) {
 		set(&a->out, i, acc[i]);
 	}

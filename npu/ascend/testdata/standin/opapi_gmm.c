@@ -109,10 +109,45 @@ static void run_gmm(void *p, void *ws) {
 		standin_stream_fail("gmm-group-list-covers-m", msg);
 		return;
 	}
+	// Each group's weight (as (N, K)) and each row of x are decoded once into
+	// host scratch so the inner loops are contiguous; the products and their
+	// order are those of the plain loops over (m, n, k).
+	double *wt = malloc(sizeof(double) * (size_t)(K * N + 1)), *xr = malloc(sizeof(double) * (size_t)(K + 1));
+	if (wt == NULL || xr == NULL) {
+		free(wt);
+		free(xr);
+		standin_stream_fail("stand-in-host-memory", "aclnnGroupedMatmulV4: the stand-in could not allocate its host scratch");
+		return;
+	}
 	int64_t r0 = 0;
 	for (int64_t g = 0; g < G; g++) {
+		if (end[g] > r0) {
+			for (int64_t k = 0; k < K; k++) {
+				for (int64_t n = 0; n < N; n++) {
+					double v;
+					if (a->mx) {
+						v = e4m3_dec(*(uint8_t *)ptr(&a->w, (g * K + k) * N + n));
+					} else if (a->quant) {
+						v = (double)(int64_t)w_at(&a->w, g, k, n);
+					} else {
+						v = (float)w_at(&a->w, g, k, n);
+					}
+					wt[n * K + k] = v;
+				}
+			}
+		}
 		for (int64_t m = r0; m < end[g]; m++) {
+			for (int64_t k = 0; k < K; k++) {
+				if (a->mx) {
+					xr[k] = e4m3_dec(*(uint8_t *)ptr(&a->x, m * K + k));
+				} else if (a->quant) {
+					xr[k] = (double)(int64_t)get(&a->x, m * K + k);
+				} else {
+					xr[k] = (float)get(&a->x, m * K + k);
+				}
+			}
 			for (int64_t n = 0; n < N; n++) {
+				const double *wr = wt + n * K;
 				double r;
 				if (a->mx) {
 					int64_t kb2 = a->pts.dims[1];
@@ -120,8 +155,7 @@ static void run_gmm(void *p, void *ws) {
 					for (int64_t kb = 0; kb * 32 < K; kb++) {
 						double dot = 0;
 						for (int64_t k = kb * 32; k < (kb + 1) * 32 && k < K; k++) {
-							dot += (double)e4m3_dec(*(uint8_t *)ptr(&a->x, m * K + k)) *
-							       e4m3_dec(*(uint8_t *)ptr(&a->w, (g * K + k) * N + n));
+							dot += xr[k] * wr[k];
 						}
 						uint8_t s1 = *(uint8_t *)ptr(&a->pts, (m * kb2 + kb / 2) * 2 + kb % 2);
 						int64_t si = a->wt_t ? ((g * N + n) * kb2 + kb / 2) * 2 + kb % 2 : ((g * kb2 + kb / 2) * N + n) * 2 + kb % 2;
@@ -132,7 +166,7 @@ static void run_gmm(void *p, void *ws) {
 				} else if (a->quant) {
 					int64_t s = 0;
 					for (int64_t k = 0; k < K; k++) {
-						s += (int64_t)get(&a->x, m * K + k) * (int64_t)w_at(&a->w, g, k, n);
+						s += (int64_t)xr[k] * (int64_t)wr[k];
 					}
 					float f = (float)(int32_t)s;
 					if (a->has_pts) {
@@ -145,7 +179,7 @@ static void run_gmm(void *p, void *ws) {
 				} else {
 					float s = 0;
 					for (int64_t k = 0; k < K; k++) {
-						s += (float)get(&a->x, m * K + k) * (float)w_at(&a->w, g, k, n);
+						s += (float)xr[k] * (float)wr[k];
 					}
 					r = s;
 				}
@@ -154,6 +188,8 @@ static void run_gmm(void *p, void *ws) {
 		}
 		r0 = end[g];
 	}
+	free(wt);
+	free(xr);
 }
 
 // gmm_mx checks the MX mode's arguments (the 910_95 "mx量化" table) and

@@ -318,8 +318,29 @@ static void run_qmm(void *p, void *ws) {
 	(void)ws;
 	qmm_args *a = p;
 	int64_t M = a->x1.dims[0], K = a->x1.dims[1], N = a->x2.dims[1];
-	for (int64_t m = 0; m < M; m++) {
+	// x2 (as (N, K)) and each row of x1 are decoded once into host scratch so
+	// the inner loops are contiguous; the products and their order are those
+	// of the plain loops over (m, n, k).
+	double *wt = malloc(sizeof(double) * (size_t)(K * N + 1)), *xr = malloc(sizeof(double) * (size_t)(K + 1));
+	if (wt == NULL || xr == NULL) {
+		free(wt);
+		free(xr);
+		standin_stream_fail("stand-in-host-memory", "aclnnQuantMatmul: the stand-in could not allocate its host scratch");
+		return;
+	}
+	for (int64_t k = 0; k < K; k++) {
 		for (int64_t n = 0; n < N; n++) {
+			const void *q = x2at(&a->x2, k, n);
+			wt[n * K + k] = a->mx ? (double)e4m3_dec(*(const uint8_t *)q) : (double)*(const int8_t *)q;
+		}
+	}
+	for (int64_t m = 0; m < M; m++) {
+		for (int64_t k = 0; k < K; k++) {
+			const void *q = ptr(&a->x1, m * K + k);
+			xr[k] = a->mx ? (double)e4m3_dec(*(const uint8_t *)q) : (double)*(const int8_t *)q;
+		}
+		for (int64_t n = 0; n < N; n++) {
+			const double *wr = wt + n * K;
 			float r;
 			if (a->mx) {
 				// x1Scale (m, ceil(k/64), 2), x2Scale (ceil(k/64), n, 2): block kb at [kb/2][..][kb%2]
@@ -327,7 +348,7 @@ static void run_qmm(void *p, void *ws) {
 				for (int64_t kb = 0; kb * 32 < K; kb++) {
 					double dot = 0;
 					for (int64_t k = kb * 32; k < (kb + 1) * 32 && k < K; k++) {
-						dot += (double)e4m3_dec(*(uint8_t *)ptr(&a->x1, m * K + k)) * e4m3_dec(*(const uint8_t *)x2at(&a->x2, k, n));
+						dot += xr[k] * wr[k];
 					}
 					uint8_t s1 = *(uint8_t *)ptr(&a->x1s, (m * a->x1s.dims[1] + kb / 2) * 2 + kb % 2);
 					uint8_t s2 = *(uint8_t *)ptr(&a->x2s, ((kb / 2) * N + n) * 2 + kb % 2);
@@ -340,7 +361,7 @@ static void run_qmm(void *p, void *ws) {
 			} else {
 				int64_t acc = 0;
 				for (int64_t k = 0; k < K; k++) {
-					acc += (int64_t) * (int8_t *)ptr(&a->x1, m * K + k) * *(const int8_t *)x2at(&a->x2, k, n);
+					acc += (int64_t)xr[k] * (int64_t)wr[k];
 				}
 				if (a->has_bias && a->bias.dtype == DT_INT32) {
 					acc += *(int32_t *)ptr(&a->bias, n);
@@ -354,6 +375,8 @@ static void run_qmm(void *p, void *ws) {
 			set(&a->out, m * N + n, r);
 		}
 	}
+	free(wt);
+	free(xr);
 }
 static int qmm(const char *op, int needNz, const aclTensor *x1, const aclTensor *x2, const aclTensor *x1Scale, const aclTensor *x2Scale,
 	       const aclTensor *yScale, const aclTensor *x1Offset, const aclTensor *x2Offset, const aclTensor *yOffset, const aclTensor *bias,
