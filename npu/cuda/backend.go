@@ -37,6 +37,7 @@ type Backend struct {
 	arch    string
 	sms     int
 	pdl     bool // launches allow programmatic dependent launch (usePDL)
+	fp8TC   bool // FP8_BLOCK128 GEMMs may use e4m3 tensor cores (useFP8TC)
 
 	asyncAlloc bool     // stream-ordered allocator (cuMemAllocAsync)
 	pending    []uint64 // without it: freed at the next Sync
@@ -48,9 +49,11 @@ type Backend struct {
 	ltWS      uint64  // its workspace
 	ltWSBytes int
 	plans     map[planKey]uintptr
+	noPlan    map[planKey]error // shapes cuBLASLt has no algorithm for (FP8 block scaling)
+	fp8TCRuns int               // FP8_BLOCK128 GEMMs run on tensor cores (tests read it)
 
 	errWord  uint64 // device int32[4]: code, op, value (report in common.cuh)
-	gemvCnt  uint64 // device int32[gemvSplitTiles], zero between launches: split-K k_gemv_tc's tile counts
+	gemvCnt  uint64 // device int32[cntWords], zero between launches: split-K k_gemv_tc's tile counts, then k_hc_fused's token counts
 	errDirty bool   // a kernel that may report ran since the last check
 	err      error  // first failure of enqueued work, not yet reported
 
@@ -95,7 +98,7 @@ func New(ordinal int) (*Backend, error) {
 	if ordinal < 0 || ordinal >= n {
 		return nil, fmt.Errorf("GPU %d of %d: %w", ordinal, n, npu.ErrUnavailable)
 	}
-	b := &Backend{ordinal: ordinal, plans: map[planKey]uintptr{}, prof: newProfiler()}
+	b := &Backend{ordinal: ordinal, plans: map[planKey]uintptr{}, noPlan: map[planKey]error{}, prof: newProfiler()}
 	if b.dev, err = drvDeviceGet(ordinal); err != nil {
 		return nil, err
 	}
@@ -134,10 +137,10 @@ func New(ordinal int) (*Backend, error) {
 	if err = drvMemsetD8(b.ctx, b.errWord, 0, 16, b.stream); err != nil {
 		return nil, err
 	}
-	if b.gemvCnt, err = drvMemAlloc(b.ctx, 4*gemvSplitTiles, b.stream, false); err != nil {
+	if b.gemvCnt, err = drvMemAlloc(b.ctx, 4*cntWords, b.stream, false); err != nil {
 		return nil, err
 	}
-	if err = drvMemsetD8(b.ctx, b.gemvCnt, 0, 4*gemvSplitTiles, b.stream); err != nil {
+	if err = drvMemsetD8(b.ctx, b.gemvCnt, 0, 4*cntWords, b.stream); err != nil {
 		return nil, err
 	}
 	if b.kern, err = loadKernels(b.ctx, b.arch); err != nil {
@@ -146,6 +149,7 @@ func New(ordinal int) (*Backend, error) {
 	if _, err = ltLoad(); err != nil {
 		return nil, fmt.Errorf("%w: %w", err, npu.ErrUnavailable)
 	}
+	b.fp8TC = useFP8TC(b.cc[0], b.cc[1], ltVersion(), os.Getenv(EnvFP8TC))
 	if b.lt, err = ltCreate(b.ctx); err != nil {
 		return nil, err
 	}

@@ -63,6 +63,32 @@ func TestGPUThroughput(t *testing.T) {
 		b.Free(om)
 	}
 	SplitBF16 = true
+
+	// FP8_BLOCK128 prefill-sized GEMMs: the e4m3 tensor cores against the
+	// fp32-emulated kernels (EnvFP8TC=0's path), and bf16 above.
+	for _, s := range []struct{ M, N, K int }{{4096, 4096, 4096}, {8192, 4096, 16384}} {
+		xm, om := alloc(npu.F32, s.M, s.K), alloc(npu.F32, s.M, s.N)
+		b.Fill(xm, 0.01)
+		codes := make([]byte, s.N*s.K)
+		for i := range codes {
+			codes[i] = byte(0x30 + i%8) // 0.5 .. 0.94
+		}
+		wq := npu.Must(b.FromHost(npu.F8E4M3, codes, s.N, s.K))
+		sc := alloc(npu.F32, (s.N+127)/128, (s.K+127)/128)
+		b.Fill(sc, 0.01)
+		w := &npu.QuantWeight{Scheme: npu.QFP8Block, GroupSize: npu.FP8Block, Weight: wq, Scale: sc}
+		b.PrepareQuant(w)
+		flops := 2 * float64(s.M) * float64(s.N) * float64(s.K)
+		on := b.fp8TC
+		for _, tc := range []bool{true, false} {
+			b.fp8TC = on && tc
+			report(fmt.Sprintf("MatMulQ FP8_BLOCK128 M=%d N=%d K=%d tc=%v", s.M, s.N, s.K, b.fp8TC), timed(5, func() { b.MatMulQ(om, xm, w) }), 0, flops)
+		}
+		b.fp8TC = on
+		for _, f := range []*npu.Tensor{xm, om, wq, sc} {
+			b.Free(f)
+		}
+	}
 }
 
 // TestGPUDecodeGEMV measures the decode MatMuls of the slice config
@@ -124,6 +150,23 @@ func TestGPUDecodeGEMV(t *testing.T) {
 			gbs := float64(wbytes) / ms / 1e6
 			g.t.Logf("MatMul bf16 %-26s M=%-2d gemvTC=%-5v %8.3f ms  %6.0f GB/s of weights  %.2f of copy",
 				s.name, s.M, tc, ms, gbs, gbs/copyGBs)
+		}
+		if s.M == 1 && s.N <= 4096 {
+			// Warps per block other than gemvWarps' choice (the
+			// 4096-column GEMVs reach the least of the copy rate).
+			gemvTC = true
+			for _, warps := range []int{4, 8, 16} {
+				gemvWarpsOverride = warps
+				i := 0
+				ms := g.timed(max(20, 4*copies), func() {
+					b.MatMul(om, xm, ws[i%copies])
+					i++
+				})
+				gbs := float64(wbytes) / ms / 1e6
+				g.t.Logf("MatMul bf16 %-26s M=%-2d warps=%-2d (gemvWarps %d) %8.3f ms  %6.0f GB/s  %.2f of copy",
+					s.name, s.M, warps, gemvWarps(s.N, s.K), ms, gbs, gbs/copyGBs)
+			}
+			gemvWarpsOverride = 0
 		}
 		for _, w := range ws {
 			b.Free(w)

@@ -1,6 +1,10 @@
 package cuda
 
-import "github.com/npuserve/npuserve/npu"
+import (
+	"fmt"
+
+	"github.com/npuserve/npuserve/npu"
+)
 
 // FP8_BLOCK128 (kernels/fp8.cu; npu/cpu/qmatmul.go's fp8block is the
 // reference), emulated on fp32 FMAs: activations fake-quantized per row
@@ -34,4 +38,102 @@ func (b *Backend) gemmFP8(c, a, tok uint64, p *qdev, rt *moeRoute, M int) {
 	}
 	b.launch("k_fp8b_gemm_f", d2((p.N+moeBN-1)/moeBN, ys), d1(256), 0,
 		c, a, tok, p.w, p.scale, tiles, ntiles, off, pI32(M), pI32(p.N), pI32(p.K))
+}
+
+// EnvFP8TC, set to 0, keeps every FP8_BLOCK128 GEMM on the fp32-emulated
+// kernels (the tensor-core path is otherwise taken where it applies).
+const EnvFP8TC = "NPUSERVE_CUDA_FP8_TC"
+
+// fp8TCMinRows is the fewest activation rows for which a dense
+// FP8_BLOCK128 GEMM goes to the tensor cores: below it the warp-per-column
+// kernels, which read each weight byte once, are bandwidth-bound anyway.
+const fp8TCMinRows = 64
+
+// useFP8TC says whether FP8_BLOCK128 GEMMs may run on e4m3 tensor cores:
+// cuBLASLt's 128-element (activations) and 128x128 (weights) F32 block
+// scaling, which cuBLAS 12.9 added for Hopper (sm_90) only.
+func useFP8TC(major, minor, ltVer int, env string) bool {
+	return major == 9 && minor == 0 && ltVer >= 120900 && env != "0"
+}
+
+// fp8TensorCore enqueues out[:mt] = x[:mt] · W^T for a dense FP8_BLOCK128
+// weight p on the e4m3 tensor cores and returns mt, the rows it did (a
+// multiple of 4: the activations' scale tensor is M-major, and a multiple
+// of 4 rows makes its leading dimension 16-byte aligned whatever
+// cuBLASLt pads it to); 0 when the path does not apply, and the caller
+// runs the emulated kernels on the rows left.
+//
+// The activations are quantized as the emulated path fake-quantizes them
+// (the same E4M3 codes and F32 scales, k_fp8_act_quant); cuBLASLt then
+// takes in column-major terms A = W (E4M3 [N, K] rows: K x N, op T) with
+// its F32 [ceil(N/128), ceil(K/128)] scales as BLK128x128 (the
+// checkpoint's order, ceil(K/128) a multiple of 4), B = the quantized
+// rows (K x mt) with their scales as VEC128 ([ceil(K/128), mt], rows
+// fastest), and D = out (N x mt, fp32; bf16 converted where cuBLASLt has
+// no fp32 output for this shape). Products of E4M3 pairs are exact; the
+// sums differ from the emulated path's in order and in the tensor cores'
+// accumulation.
+func (b *Backend) fp8TensorCore(out, x uint64, p *qdev, M int) int {
+	mt, N, K := M&^3, p.N, p.K
+	kb := (K + npu.FP8Block - 1) / npu.FP8Block
+	if !b.fp8TC || p.E != 1 || mt < fp8TCMinRows || K%16 != 0 || N%8 != 0 || kb%4 != 0 || p.w%16 != 0 || p.scale%16 != 0 || out%16 != 0 {
+		return 0
+	}
+	qBytes := (mt*K + 255) &^ 255
+	buf := b.temp(qBytes + 4*mt*kb)
+	defer b.freeBuf(buf)
+	q, sc := buf.ptr, buf.ptr+uint64(qBytes)
+	for _, dt := range []int{cudaR32F, cudaR16BF} {
+		plan, err := b.fp8Plan(mt, N, K, dt, p.w, q, out, p.scale, sc)
+		if err != nil {
+			continue
+		}
+		b.launch("k_fp8_act_quant", b.gridFor(int64(mt*kb)*32, 256), d1(256), 0, q, sc, x, pI64(mt), pI32(K))
+		d := out
+		var dbuf *buffer
+		if dt != cudaR32F {
+			dbuf = b.temp(2 * mt * N)
+			d = dbuf.ptr
+		}
+		end := func() {}
+		if b.prof != nil {
+			end = b.span("cublasLtMatmul fp8")
+		}
+		if err := ltPlanRun(b.ctx, b.lt, plan, 1, 0, p.w, q, d, p.scale, sc, b.ltWS, b.ltWSBytes, b.stream); err != nil {
+			b.fail(fmt.Errorf("cuda: MatMulQ FP8_BLOCK128 [%d,%d]x[%d,%d]^T on tensor cores: %w", mt, K, N, K, err))
+		}
+		end()
+		if dbuf != nil {
+			n := mt * N
+			b.launch("k_convert", b.gridFor(int64(n), elemThreads), d1(elemThreads), 0, out, pI32(dtypeCode(npu.F32)), d, pI32(dtypeCode(npu.BF16)), pI64(n))
+			b.freeBuf(dbuf)
+		}
+		b.fp8TCRuns++
+		return mt
+	}
+	return 0
+}
+
+// fp8Plan is the cuBLASLt plan of an FP8_BLOCK128 GEMM with D of type dt
+// (cached, as is cuBLASLt's answer that it has none).
+func (b *Backend) fp8Plan(M, N, K, dt int, w, x, out, wScale, xScale uint64) (uintptr, error) {
+	key := planKey{m: M, n: N, k: K, abType: cudaR8FE4M3, align: alignment(w, x, out), dType: dt, scaled: true}
+	if plan, ok := b.plans[key]; ok {
+		return plan, nil
+	}
+	if err, ok := b.noPlan[key]; ok {
+		return 0, err
+	}
+	plan, err := ltPlanCreate(b.ctx, b.lt, true, false, N, M, K, cudaR8FE4M3, dt, K, K, N, key.align, b.ltWSBytes, scaleBlk128F32, scaleVec128F32, wScale, xScale)
+	if err != nil {
+		if len(b.noPlan) < maxPlans {
+			b.noPlan[key] = err
+		}
+		return 0, err
+	}
+	if len(b.plans) >= maxPlans && !b.capturing {
+		b.dropPlans()
+	}
+	b.plans[key] = plan
+	return plan, nil
 }

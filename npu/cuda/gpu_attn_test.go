@@ -256,7 +256,23 @@ func TestGPUSparseMLA(t *testing.T) {
 				kvB := h.rand(wdt, 0.2, c.H*(c.dk+c.dv), c.R)
 				out := h.zeros(npu.F32, T, c.H*c.dv)
 				scale := float32(1 / math.Sqrt(float64(c.dk)))
+				// The sort (k_mla_select) first, into out's GPU side, then the
+				// bitmap form: the same selection, so the same bits.
+				mlaSelectBitmap = false
 				h.g.SparseMLA(out.g, q.g, lat.g, kvB.g, sp.g, gs, c.H, c.dk, c.dv, scale)
+				sorted := make([]byte, out.g.Bytes())
+				if err := h.g.Download(sorted, out.g); err != nil {
+					t.Fatal(err)
+				}
+				mlaSelectBitmap = true
+				h.g.SparseMLA(out.g, q.g, lat.g, kvB.g, sp.g, gs, c.H, c.dk, c.dv, scale)
+				bm := make([]byte, out.g.Bytes())
+				if err := h.g.Download(bm, out.g); err != nil {
+					t.Fatal(err)
+				}
+				if string(bm) != string(sorted) {
+					t.Errorf("SparseMLA %s: k_mla_select_bm and k_mla_select select differently", name)
+				}
 				cpuBE.SparseMLA(out.c, q.c, lat.c, kvB.c, sp.c, cs, c.H, c.dk, c.dv, scale)
 				tol := 2e-5
 				if c.dk*c.R > 1<<16 {

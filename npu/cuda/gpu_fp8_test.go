@@ -154,3 +154,63 @@ func TestGPUMoEQFP8Block(t *testing.T) {
 		h.free(x, w, ids, out)
 	}
 }
+
+// TestGPUMatMulQFP8BlockTensorCore checks the e4m3 tensor-core path
+// (fp8TensorCore) against the CPU backend at prefill-sized row counts,
+// including row counts that leave 1–3 rows to the emulated kernels, and
+// fails when the path did not run on a GPU that should take it (Hopper,
+// cuBLASLt 12.9 or later).
+func TestGPUMatMulQFP8BlockTensorCore(t *testing.T) {
+	h := newBoth(t, 34)
+	for _, c := range []struct{ M, N, K int }{
+		{64, 256, 512},
+		{130, 384, 1024},  // 128 rows on tensor cores, 2 emulated
+		{259, 136, 512},   // N not a multiple of 128: a partial scale block
+		{256, 1024, 2048}, // several K blocks of scales per row
+	} {
+		name := fmt.Sprintf("MatMulQ FP8_BLOCK128 tensor cores M=%d N=%d K=%d", c.M, c.N, c.K)
+		wg, wc := h.fp8BlockQWeight(0, c.N, c.K)
+		x := h.from(npu.F32, h.fp8Acts(c.M, c.K, false), c.M, c.K)
+		o := h.zeros(npu.F32, c.M, c.N)
+		h.g.PrepareQuant(wg)
+		runs := h.g.fp8TCRuns
+		h.g.MatMulQ(o.g, x.g, wg)
+		cpuBE.MatMulQ(o.c, x.c, wc)
+		h.sync()
+		if h.g.fp8TC && h.g.fp8TCRuns == runs {
+			var why []string
+			for k, err := range h.g.noPlan {
+				if k.m == c.M&^3 && k.n == c.N && k.k == c.K {
+					why = append(why, err.Error())
+				}
+			}
+			t.Fatalf("%s: the tensor-core path did not run (cuBLASLt %d): %v", name, ltVersion(), why)
+		}
+		// Exact E4M3 products; the tensor cores' accumulation and order
+		// differ from the CPU's fp32 sums.
+		h.close(name, o, 2e-3)
+		h.free(x, o)
+	}
+	if !h.g.fp8TC {
+		t.Logf("the tensor-core path is off on this GPU (%s, cuBLASLt %d): the emulated kernels ran", h.g.arch, ltVersion())
+	}
+}
+
+func TestUseFP8TC(t *testing.T) {
+	for _, c := range []struct {
+		major, minor, lt int
+		env              string
+		want             bool
+	}{
+		{9, 0, 130002, "", true},
+		{9, 0, 120900, "1", true},
+		{9, 0, 120804, "", false}, // before cuBLAS 12.9's block scaling
+		{9, 0, 130002, "0", false},
+		{8, 9, 130002, "", false},  // Ada: no block scaling
+		{10, 0, 130002, "", false}, // Blackwell: other scale modes
+	} {
+		if got := useFP8TC(c.major, c.minor, c.lt, c.env); got != c.want {
+			t.Errorf("useFP8TC(%d.%d, cuBLASLt %d, %q) = %v, want %v", c.major, c.minor, c.lt, c.env, got, c.want)
+		}
+	}
+}

@@ -320,6 +320,31 @@ func TestGPUHC(t *testing.T) {
 		h.close("HCPre collapsed "+name, col, 1e-5)
 		h.close("HCPre post "+name, post, 1e-5)
 		h.close("HCPre comb "+name, comb, 1e-5)
+		// k_hc_fused (where it applies) against the two launches it
+		// replaces: the same bits, twice over (its counters wrap to 0).
+		for range 2 {
+			var outs [2][3]*npu.Tensor
+			for i, fused := range []bool{false, true} {
+				outs[i] = [3]*npu.Tensor{npu.Must(h.g.Alloc(npu.F32, c.T, c.D)), npu.Must(h.g.Alloc(npu.F32, c.T, c.n)), npu.Must(h.g.Alloc(npu.F32, c.T, c.n, c.n))}
+				hcFused = fused
+				h.g.HCPre(outs[i][0], outs[i][1], outs[i][2], x.g, fn.g, base.g, scale.g, p)
+			}
+			hcFused = true
+			for k, what := range []string{"collapsed", "post", "comb"} {
+				two, one := make([]byte, outs[0][k].Bytes()), make([]byte, outs[1][k].Bytes())
+				if err := h.g.Download(two, outs[0][k]); err != nil {
+					t.Fatal(err)
+				}
+				if err := h.g.Download(one, outs[1][k]); err != nil {
+					t.Fatal(err)
+				}
+				if string(one) != string(two) {
+					t.Errorf("HCPre %s %s: k_hc_fused differs from k_hc_proj + k_hc_pre", what, name)
+				}
+				h.g.Free(outs[0][k])
+				h.g.Free(outs[1][k])
+			}
+		}
 		y := h.rand(npu.F32, 1, c.T, c.D)
 		out := h.zeros(npu.F32, c.T, c.n, c.D)
 		h.g.HCPost(out.g, y.g, post.g, comb.g, x.g)
@@ -401,6 +426,7 @@ func TestGPURouter(t *testing.T) {
 		{5, 129, 64, npu.RouterParams{TopK: 6, NGroup: 1, Normalize: true, Scale: 2.5}, npu.F32},
 		{9, 256, 256, npu.RouterParams{TopK: 8, NGroup: 8, TopKGroup: 4, Normalize: true, Scale: 2.5}, npu.BF16},
 		{3, 64, 16, npu.RouterParams{TopK: 4, NGroup: 16, TopKGroup: 3, Scale: 1}, npu.F32},
+		{1, 4096, 64, npu.RouterParams{TopK: 8, NGroup: 1, Normalize: true, Scale: 2.5}, npu.F32}, // the slice's decode
 	} {
 		x := h.rand(npu.F32, 1, c.T, c.D)
 		gate := h.rand(c.gdt, 0.2, c.E, c.D)
@@ -408,8 +434,8 @@ func TestGPURouter(t *testing.T) {
 		w := h.zeros(npu.F32, c.T, c.p.TopK)
 		ids := h.zeros(npu.I32, c.T, c.p.TopK)
 		h.g.Router(w.g, ids.g, x.g, gate.g, bias.g, c.p)
-		cpuBE.Router(w.c, ids.c, x.c, gate.c, bias.c, c.p)
 		name := fmt.Sprintf("Router T=%d E=%d %+v", c.T, c.E, c.p)
+		cpuBE.Router(w.c, ids.c, x.c, gate.c, bias.c, c.p)
 		h.exact(name+" ids", ids)
 		h.close(name+" weights", w, 1e-5)
 		h.free(x, gate, bias, w, ids)

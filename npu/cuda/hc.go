@@ -9,6 +9,14 @@ import (
 // hcMaxStreams is HC_MAX_STREAMS of kernels/hc.cu.
 const hcMaxStreams = 16
 
+// hcFused selects k_hc_fused (k_hc_proj and k_hc_pre in one launch) where
+// it applies; false keeps the two launches (tests compare them).
+var hcFused = true
+
+// cntWords is the size of the backend's zeroed counters (gemvCnt): the
+// split-K GEMV's tile counts, then k_hc_fused's token counts.
+const cntWords = gemvSplitTiles + hcProjMaxT
+
 // hcProjMaxT is the most tokens whose HCPre projection runs as k_hc_proj
 // (one block per output, a decode step's sizes); more go to MatMul.
 const hcProjMaxT = 16
@@ -53,6 +61,15 @@ func (b *Backend) HCPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, p
 		// A decode step's few tokens: the sums of squares ride along with
 		// the projection, so k_hc_pre's blocks only collapse their slice.
 		ss = mbuf.ptr + uint64(ssOff)
+		if hcFused && vec && n*n <= 32 {
+			// One launch: the projection's last block per token finishes it.
+			b.launch("k_hc_fused", d2(mix+1, T), d1(max(vecThreads(nD/4, true), 64)), 0,
+				pc, b.ptr(post), b.ptr(comb), mbuf.ptr, px, pf,
+				b.ptr(base), pI32(dtypeCode(base.DType())), b.ptr(scale), pI32(dtypeCode(scale.DType())),
+				pI32(n), pI32(D), pI32(p.SinkhornIters), pF32(p.Eps), pF32(p.RMSEps), ss, b.gemvCnt+4*gemvSplitTiles)
+			b.freeBuf(mbuf)
+			return
+		}
 		b.launch("k_hc_proj", d2(mix+1, T), d1(vecThreads(nD/4, true)), 0, mbuf.ptr, px, pf, pI32(nD), pI32(mix), ss)
 		S = hcPreSlices(D, vec)
 		threads = max(vecThreads((D+S-1)/S, vec), (n*n+31)/32*32) // the n x n part needs a thread per element

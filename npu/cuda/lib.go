@@ -416,8 +416,9 @@ func ltCreate(ctx uintptr) (uintptr, error) {
 func ltDestroy(h uintptr) { C.npu_cublasLtDestroy(C.uintptr_t(h)) }
 
 // ltPlanCreate describes one column-major GEMM (see shim.h) and picks its
-// algorithm.
-func ltPlanCreate(ctx, h uintptr, transA, transB bool, m, n, k int, abType, dType int, lda, ldb, ldd int, align, ws int) (uintptr, error) {
+// algorithm; aMode and bMode are A's and B's scale modes (scaleNone: no
+// scale tensors), aScale and bScale scale tensors of the shape.
+func ltPlanCreate(ctx, h uintptr, transA, transB bool, m, n, k int, abType, dType int, lda, ldb, ldd int, align, ws int, aMode, bMode int, aScale, bScale uint64) (uintptr, error) {
 	var p C.uintptr_t
 	ta, tb := C.int(0), C.int(0)
 	if transA {
@@ -427,13 +428,17 @@ func ltPlanCreate(ctx, h uintptr, transA, transB bool, m, n, k int, abType, dTyp
 		tb = 1
 	}
 	rc := C.npu_lt_plan_create(C.uintptr_t(ctx), C.uintptr_t(h), ta, tb, C.uint64_t(m), C.uint64_t(n), C.uint64_t(k),
-		C.int(abType), C.int(dType), C.int64_t(lda), C.int64_t(ldb), C.int64_t(ldd), C.uint(align), C.size_t(ws), &p)
+		C.int(abType), C.int(dType), C.int64_t(lda), C.int64_t(ldb), C.int64_t(ldd), C.uint(align), C.size_t(ws),
+		C.int(aMode), C.int(bMode), C.uint64_t(aScale), C.uint64_t(bScale), &p)
 	return uintptr(p), statusErr("cublasLtMatmulAlgoGetHeuristic", rc)
 }
 
-func ltPlanRun(ctx, h, plan uintptr, alpha, beta float32, a, b, d, ws uint64, wsBytes int, s uintptr) error {
+// ltPlanRun enqueues a plan's GEMM; aScale and bScale are its scale
+// tensors (0 for a plan without scale modes).
+func ltPlanRun(ctx, h, plan uintptr, alpha, beta float32, a, b, d, aScale, bScale, ws uint64, wsBytes int, s uintptr) error {
 	return statusErr("cublasLtMatmul", C.npu_lt_plan_run(C.uintptr_t(ctx), C.uintptr_t(h), C.uintptr_t(plan),
-		C.float(alpha), C.float(beta), C.uint64_t(a), C.uint64_t(b), C.uint64_t(d), C.uint64_t(ws), C.size_t(wsBytes), C.uintptr_t(s)))
+		C.float(alpha), C.float(beta), C.uint64_t(a), C.uint64_t(b), C.uint64_t(d), C.uint64_t(aScale), C.uint64_t(bScale),
+		C.uint64_t(ws), C.size_t(wsBytes), C.uintptr_t(s)))
 }
 
 func ltPlanDestroy(p uintptr) { C.npu_lt_plan_destroy(C.uintptr_t(p)) }

@@ -51,6 +51,8 @@ var SplitBF16 = true
 // planKey identifies a cuBLASLt plan.
 type planKey struct {
 	m, n, k, abType, align int
+	dType                  int  // D's cudaDataType when not fp32 (0: fp32)
+	scaled                 bool // FP8 block scaling (fp8.go)
 }
 
 // maxPlans bounds the plan cache (M varies per step); when full it is
@@ -148,15 +150,9 @@ func (b *Backend) ltPlan(abType, M, N, K int, w, x, out uint64) (uintptr, error)
 		return plan, nil
 	}
 	if len(b.plans) >= maxPlans && !b.capturing { // a capture cannot wait: the cache grows instead
-		if err := drvStreamSync(b.ctx, b.stream); err != nil {
-			b.fail(fmt.Errorf("cuda: the stream failed: %w", err))
-		}
-		for k, p := range b.plans {
-			ltPlanDestroy(p)
-			delete(b.plans, k)
-		}
+		b.dropPlans()
 	}
-	plan, err := ltPlanCreate(b.ctx, b.lt, true, false, N, M, K, abType, cudaR32F, K, K, N, key.align, b.ltWSBytes)
+	plan, err := ltPlanCreate(b.ctx, b.lt, true, false, N, M, K, abType, cudaR32F, K, K, N, key.align, b.ltWSBytes, scaleNone, scaleNone, 0, 0)
 	if err != nil {
 		return 0, fmt.Errorf("cuda: MatMul [%d,%d]x[%d,%d]^T: %w", M, K, N, K, err)
 	}
@@ -164,12 +160,24 @@ func (b *Backend) ltPlan(abType, M, N, K int, w, x, out uint64) (uintptr, error)
 	return plan, nil
 }
 
+// dropPlans empties the plan cache once the stream is idle (its GEMMs may
+// still be queued with the plans' descriptors).
+func (b *Backend) dropPlans() {
+	if err := drvStreamSync(b.ctx, b.stream); err != nil {
+		b.fail(fmt.Errorf("cuda: the stream failed: %w", err))
+	}
+	for k, p := range b.plans {
+		ltPlanDestroy(p)
+		delete(b.plans, k)
+	}
+}
+
 // ltRun enqueues a plan's GEMM (+ beta * out).
 func (b *Backend) ltRun(plan uintptr, M, N, K int, w, x, out uint64, beta float32) {
 	if b.prof != nil {
 		defer b.span("cublasLtMatmul")()
 	}
-	if err := ltPlanRun(b.ctx, b.lt, plan, 1, beta, w, x, out, b.ltWS, b.ltWSBytes, b.stream); err != nil {
+	if err := ltPlanRun(b.ctx, b.lt, plan, 1, beta, w, x, out, 0, 0, b.ltWS, b.ltWSBytes, b.stream); err != nil {
 		b.fail(fmt.Errorf("cuda: MatMul [%d,%d]x[%d,%d]^T: %w", M, K, N, K, err))
 	}
 }

@@ -17,14 +17,23 @@ const (
 	// are split across blocks (flash-decoding): about two blocks per SM
 	// of an H200 (132 SMs).
 	mlaSplitBlocks = 264
+	// mlaBitmapWords bounds k_mla_select_bm's bitmap (32-bit words of
+	// shared memory: 32 KB, positions up to 262,144); a block table
+	// addressing more sorts (k_mla_select).
+	mlaBitmapWords = 8192
 )
+
+// mlaSelectBitmap selects k_mla_select_bm where it applies; false keeps
+// the sort (tests run both).
+var mlaSelectBitmap = true
 
 // SparseMLA is NoPE multi-head latent attention over the positions selected
 // by DSAIndex (see npu.Ops.SparseMLA), in the absorbed form for every batch:
 //
-//  1. k_mla_select turns each row of sel into the cache rows of its
-//     distinct positions (a position listed twice counts once, as on the
-//     CPU backend), sorted by position;
+//  1. k_mla_select_bm (a bitmap of positions) or k_mla_select (a sort)
+//     turns each row of sel into the cache rows of its distinct positions
+//     (a position listed twice counts once, as on the CPU backend), in
+//     ascending order of position;
 //  2. k_mla_qlat projects q̃[t,h] = W_UK[h]ᵀ q[t,h] into the latent space;
 //  3. k_mla_attn scores the row's latents against up to 16 heads at once
 //     (each latent is read once per 16 heads), with an online softmax, and
@@ -75,19 +84,27 @@ func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Seq
 	if attnShared > lim || 4*mlaQT*max(dk, R) > lim || 4*n2 > lim {
 		panic(fmt.Sprintf("cuda: SparseMLA with rank %d, dk %d and %d selections needs more shared memory than the GPU's %d bytes", R, dk, width, lim))
 	}
-	// Distinct cache rows of every row's selection.
+	// Distinct cache rows of every row's selection: through a bitmap of the
+	// positions the block table addresses where it fits, else a sort.
 	rows := b.temp(4 * T * max(width, 1))
 	counts := b.temp(4 * T)
 	bt := uint64(0)
 	if seqs.BlockTable != nil {
 		bt = b.ptr(seqs.BlockTable)
 	}
-	if width > 0 {
+	words := (seqs.MaxBlocks*max(seqs.BlockSize, 1) + 31) / 32
+	switch {
+	case width > 0 && mlaSelectBitmap && words <= mlaBitmapWords:
+		b.launchShared("k_mla_select_bm", d1(T), d1(256), 4*max(words, 1),
+			rows.ptr, counts.ptr, b.ptr(sel), b.ptr(seqs.QueryStart), b.ptr(seqs.Pos), bt,
+			pI32(seqs.NumSeqs), pI32(width), pI32(words), pI32(seqs.BlockSize), pI32(seqs.MaxBlocks), pI32(nslots),
+			b.errWord, pI32(opSparseMLA))
+	case width > 0:
 		b.launchShared("k_mla_select", d1(T), d1(min(1024, max(32, n2/2))), 4*n2,
 			rows.ptr, counts.ptr, b.ptr(sel), b.ptr(seqs.QueryStart), b.ptr(seqs.Pos), bt,
 			pI32(seqs.NumSeqs), pI32(width), pI32(n2), pI32(seqs.BlockSize), pI32(seqs.MaxBlocks), pI32(nslots),
 			b.errWord, pI32(opSparseMLA))
-	} else {
+	default:
 		if err := drvMemsetD8(b.ctx, counts.ptr, 0, counts.n, b.stream); err != nil {
 			b.fail(fmt.Errorf("cuda: SparseMLA: %w", err))
 		}

@@ -141,6 +141,10 @@ const (
 	gemvSMs  = 132 // column tiles below which K is split 16 ways (the H200's SMs)
 )
 
+// gemvWarpsOverride, when not 0, replaces gemvWarps (4, 8 or 16) for
+// measurements (TestGPUDecodeGEMV).
+var gemvWarpsOverride int
+
 // gemvWarps is k_gemv_tc's warps per block for N columns of K: 16 when
 // there are fewer column tiles than SMs and K is long enough to give each
 // warp a full GEMV_U group (more loads in flight where blocks are few),
@@ -169,6 +173,9 @@ func (b *Backend) gemvTC(c, a, tok, w uint64, rt *moeRoute, M, N, K int) {
 	ys := (M + moeBM - 1) / moeBM
 	name := "k_gemv_tc"
 	warps, ks := gemvWarps(N, K), 1
+	if gemvWarpsOverride > 0 {
+		warps = gemvWarpsOverride
+	}
 	if rt != nil {
 		// Every tile holds a row, so there are at most n of them.
 		off, tiles, ntiles, ys = rt.off, rt.tiles, rt.ntiles, min(rt.maxTiles, rt.n)

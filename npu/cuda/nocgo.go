@@ -62,10 +62,10 @@ func ltLoad() (string, error)                                     { return "", e
 func ltVersion() int                                              { return 0 }
 func ltCreate(uintptr) (uintptr, error)                           { return 0, errNoCgo }
 func ltDestroy(uintptr)                                           {}
-func ltPlanCreate(uintptr, uintptr, bool, bool, int, int, int, int, int, int, int, int, int, int) (uintptr, error) {
+func ltPlanCreate(uintptr, uintptr, bool, bool, int, int, int, int, int, int, int, int, int, int, int, int, uint64, uint64) (uintptr, error) {
 	return 0, errNoCgo
 }
-func ltPlanRun(uintptr, uintptr, uintptr, float32, float32, uint64, uint64, uint64, uint64, int, uintptr) error {
+func ltPlanRun(uintptr, uintptr, uintptr, float32, float32, uint64, uint64, uint64, uint64, uint64, uint64, int, uintptr) error {
 	return errNoCgo
 }
 func ltPlanDestroy(uintptr) {}

@@ -235,8 +235,18 @@ func (b *Backend) MatMulQ(out, x *npu.Tensor, w *npu.QuantWeight) {
 		b.Fill(out, 0)
 		return
 	}
-	a := b.quantizeActs(p, b.ptr(x), M)
-	b.gemmQ(p, b.ptr(out), a, 0, nil, M)
+	px, po := b.ptr(x), b.ptr(out)
+	if p.scheme == npu.QFP8Block {
+		// The tensor-core path takes the rows it can (a multiple of 4);
+		// the emulated kernels the rest.
+		done := b.fp8TensorCore(po, px, p, M)
+		px, po, M = px+uint64(4*done*K), po+uint64(4*done*N), M-done
+		if M == 0 {
+			return
+		}
+	}
+	a := b.quantizeActs(p, px, M)
+	b.gemmQ(p, po, a, 0, nil, M)
 	b.freeBuf(a.buf)
 }
 

@@ -72,6 +72,10 @@ enum {
 	CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
 	CUBLASLT_MATMUL_DESC_TRANSA = 3,
 	CUBLASLT_MATMUL_DESC_TRANSB = 4,
+	CUBLASLT_MATMUL_DESC_A_SCALE_POINTER = 17,
+	CUBLASLT_MATMUL_DESC_B_SCALE_POINTER = 18,
+	CUBLASLT_MATMUL_DESC_A_SCALE_MODE = 31,
+	CUBLASLT_MATMUL_DESC_B_SCALE_MODE = 32,
 	CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
 	CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5, // B, C, D follow
 };
@@ -648,6 +652,7 @@ typedef struct {
 	cublasLtMatmulDesc_t op;
 	cublasLtMatrixLayout_t a, b, d;
 	npu_lt_algo algo;
+	int scaled; // A and B scale modes set: runs take their scale tensors
 } npu_lt_plan;
 
 void npu_lt_plan_destroy(uintptr_t plan) {
@@ -671,7 +676,8 @@ void npu_lt_plan_destroy(uintptr_t plan) {
 }
 
 int npu_lt_plan_create(uintptr_t ctx, uintptr_t handle, int transa, int transb, uint64_t m, uint64_t n, uint64_t k, int ab_type,
-		       int d_type, int64_t lda, int64_t ldb, int64_t ldd, unsigned align, size_t ws_bytes, uintptr_t *plan) {
+		       int d_type, int64_t lda, int64_t ldb, int64_t ldd, unsigned align, size_t ws_bytes, int a_scale_mode,
+		       int b_scale_mode, uint64_t a_scale, uint64_t b_scale, uintptr_t *plan) {
 	*plan = 0;
 	BIND(ctx);
 	if (p_cublasLtCreate == NULL) {
@@ -688,6 +694,23 @@ int npu_lt_plan_create(uintptr_t ctx, uintptr_t handle, int transa, int transb, 
 	}
 	if (rc == 0) {
 		rc = p_cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+	}
+	if (a_scale_mode >= 0 && b_scale_mode >= 0) {
+		int32_t am = a_scale_mode, bm = b_scale_mode;
+		p->scaled = 1;
+		if (rc == 0) {
+			rc = p_cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &am, sizeof(am));
+		}
+		if (rc == 0) {
+			rc = p_cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bm, sizeof(bm));
+		}
+		void *as = P(a_scale), *bs = P(b_scale);
+		if (rc == 0) {
+			rc = p_cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &as, sizeof(as));
+		}
+		if (rc == 0) {
+			rc = p_cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &bs, sizeof(bs));
+		}
 	}
 	// Stored shapes: A is m x k (k x m when transposed), B is k x n (n x k).
 	if (rc == 0) {
@@ -734,11 +757,23 @@ int npu_lt_plan_create(uintptr_t ctx, uintptr_t handle, int transa, int transb, 
 }
 
 int npu_lt_plan_run(uintptr_t ctx, uintptr_t handle, uintptr_t plan, float alpha, float beta, uint64_t a,
-		    uint64_t b, uint64_t d, uint64_t ws, size_t ws_bytes, uintptr_t stream) {
+		    uint64_t b, uint64_t d, uint64_t a_scale, uint64_t b_scale, uint64_t ws, size_t ws_bytes, uintptr_t stream) {
 	BIND(ctx);
 	npu_lt_plan *p = (npu_lt_plan *)plan;
 	if (p_cublasLtMatmul == NULL || p == NULL) {
 		return NPU_SHIM_NOT_LOADED;
+	}
+	if (p->scaled) {
+		// The descriptor holds the scale addresses; cublasLtMatmul reads them
+		// when it enqueues (so a captured graph keeps this call's).
+		void *as = P(a_scale), *bs = P(b_scale);
+		int rc = p_cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &as, sizeof(as));
+		if (rc == 0) {
+			rc = p_cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &bs, sizeof(bs));
+		}
+		if (rc != 0) {
+			return rc;
+		}
 	}
 	return p_cublasLtMatmul(P(handle), p->op, &alpha, P(a), p->a, P(b), p->b, &beta, P(d), p->d, P(d), p->d,
 				&p->algo, P(ws), ws_bytes, P(stream));

@@ -41,6 +41,7 @@
 #define NPU_CUDA_R_32F 0
 #define NPU_CUDA_R_16F 2
 #define NPU_CUDA_R_16BF 14
+#define NPU_CUDA_R_8F_E4M3 28
 #define NPU_CUBLAS_COMPUTE_32F 68
 
 // npu_*_load dlopen a library and fill its part of the function table.
@@ -149,10 +150,18 @@ int npu_cublasLtDestroy(uintptr_t handle);
 // type ab_type, D of type d_type, fp32 compute and scale, and picks the
 // heuristic's best algorithm within ws_bytes of workspace for operands
 // whose addresses are multiples of align bytes (cuBLASLt assumes 256).
+// a_scale_mode and b_scale_mode, when not negative, are the
+// cublasLtMatmulMatrixScale_t of A's and B's scale tensors (FP8 block
+// scaling), whose addresses npu_lt_plan_run then takes; a_scale and
+// b_scale are scale tensors of the shape for the heuristic (cuBLASLt
+// refuses block scale modes with no scale pointer set).
 int npu_lt_plan_create(uintptr_t ctx, uintptr_t handle, int transa, int transb, uint64_t m, uint64_t n, uint64_t k, int ab_type,
-		       int d_type, int64_t lda, int64_t ldb, int64_t ldd, unsigned align, size_t ws_bytes, uintptr_t *plan);
+		       int d_type, int64_t lda, int64_t ldb, int64_t ldd, unsigned align, size_t ws_bytes, int a_scale_mode,
+		       int b_scale_mode, uint64_t a_scale, uint64_t b_scale, uintptr_t *plan);
+// npu_lt_plan_run enqueues the plan's GEMM; a_scale and b_scale are the
+// scale tensors' device addresses for a plan with scale modes (else 0).
 int npu_lt_plan_run(uintptr_t ctx, uintptr_t handle, uintptr_t plan, float alpha, float beta, uint64_t a,
-		    uint64_t b, uint64_t d, uint64_t ws, size_t ws_bytes, uintptr_t stream);
+		    uint64_t b, uint64_t d, uint64_t a_scale, uint64_t b_scale, uint64_t ws, size_t ws_bytes, uintptr_t stream);
 void npu_lt_plan_destroy(uintptr_t plan);
 
 #endif

@@ -28,9 +28,18 @@ const cudaErrorOutOfMemory = 2
 
 // cudaDataType_t values.
 const (
-	cudaR32F  = 0
-	cudaR16F  = 2
-	cudaR16BF = 14
+	cudaR32F    = 0
+	cudaR16F    = 2
+	cudaR16BF   = 14
+	cudaR8FE4M3 = 28
+)
+
+// cublasLtMatmulMatrixScale_t values: how a GEMM operand's scale tensor
+// applies (scaleNone: no scale tensor).
+const (
+	scaleNone      = -1
+	scaleVec128F32 = 4 // one F32 per 128 elements along K
+	scaleBlk128F32 = 5 // one F32 per 128x128 block
 )
 
 // Libraries of the symbol table.

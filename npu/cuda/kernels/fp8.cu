@@ -47,6 +47,40 @@ extern "C" __global__ void k_fp8_act_fake(float *o, const float *x, i64 M, int K
 	}
 }
 
+// k_fp8_act_quant: k_fp8_act_fake's quantization of x [M, K] kept as
+// codes for the tensor-core GEMM (fp8.go's fp8TensorCore): q E4M3 [M, K]
+// the codes E4M3(x/s), sc F32 [ceil(K/128), M] (rows fastest: cuBLASLt's
+// VEC128 layout) the scales s. One warp per (row, group).
+extern "C" __global__ void k_fp8_act_quant(u8 *q, float *sc, const float *x, i64 M, int K) {
+	pdl_prologue();
+	const int lane = threadIdx.x & 31;
+	const int nb = (K + FP8B - 1) / FP8B;
+	const i64 warps = (i64)gridDim.x * (blockDim.x >> 5);
+	for (i64 w = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); w < M * nb; w += warps) {
+		const i64 m = w / nb;
+		const int b = (int)(w - m * nb);
+		const int c0 = b * FP8B, c1 = min(K, c0 + FP8B);
+		const float *xr = x + m * K;
+		u32 amax = 0;
+		for (int c = c0 + lane; c < c1; c += 32) {
+			amax = max(amax, __float_as_uint(xr[c]) & 0x7fffffffu);
+		}
+		for (int s = 16; s > 0; s >>= 1) {
+			amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, s));
+		}
+		float s = __fdiv_rn(__uint_as_float(amax), 448.0f);
+		if (s == s) {
+			s = fmaxf(s, 1e-12f);
+		}
+		for (int c = c0 + lane; c < c1; c += 32) {
+			q[m * K + c] = e4m3_from_f32(__fdiv_rn(xr[c], s));
+		}
+		if (lane == 0) {
+			sc[(i64)b * M + m] = s;
+		}
+	}
+}
+
 // fp8b_w is weight (n, k) of expert base wbase / sbase as fp32: its E4M3
 // value times the F32 scale of its 128x128 block (scale rows of nbk).
 __device__ __forceinline__ float fp8b_w(const u8 *W, const float *S, i64 wbase, i64 sbase, int nbk, int n, int k, int K) {

@@ -3,16 +3,8 @@
 
 #define HC_MAX_STREAMS 16
 
-// k_hc_proj: grid (mix or mix + 1, T): m[t, j] = x[t] . fn[j] over nD
-// for F32 fn, fp64 accumulation, float4 loads four in flight per thread
-// (x and fn 16-byte aligned, nD % 4 == 0). HCPre's mixing projection at a
-// decode step's few tokens: one block per output spreads fn's rows over
-// the GPU where a GEMM library runs it as 24 dot products plus a
-// reduction. With ss != 0 block mix adds the fp64 sum of squares of x[t]
-// into ss[t] (k_hc_pre's RMS scale), off k_hc_pre's critical path.
-extern "C" __global__ void k_hc_proj(float *m, const float *x, const float *fn, int nD, int mix, double *ss) {
-	pdl_prologue();
-	const int j = blockIdx.x, t = blockIdx.y;
+// hc_proj_block is block (j, t) of k_hc_proj (and of k_hc_fused).
+__device__ __forceinline__ void hc_proj_block(float *m, const float *x, const float *fn, int nD, int mix, double *ss, int j, int t) {
 	const float4 *x4 = (const float4 *)(x + (i64)t * nD);
 	if (j == mix) {
 		const double q = block_sum(thread_sumsq(x + (i64)t * nD, nD, true));
@@ -45,6 +37,18 @@ extern "C" __global__ void k_hc_proj(float *m, const float *x, const float *fn, 
 	if (threadIdx.x == 0) {
 		m[(i64)t * mix + j] = (float)acc;
 	}
+}
+
+// k_hc_proj: grid (mix or mix + 1, T): m[t, j] = x[t] . fn[j] over nD
+// for F32 fn, fp64 accumulation, float4 loads four in flight per thread
+// (x and fn 16-byte aligned, nD % 4 == 0). HCPre's mixing projection at a
+// decode step's few tokens: one block per output spreads fn's rows over
+// the GPU where a GEMM library runs it as 24 dot products plus a
+// reduction. With ss != 0 block mix adds the fp64 sum of squares of x[t]
+// into ss[t] (k_hc_pre's RMS scale), off k_hc_pre's critical path.
+extern "C" __global__ void k_hc_proj(float *m, const float *x, const float *fn, int nD, int mix, double *ss) {
+	pdl_prologue();
+	hc_proj_block(m, x, fn, nD, mix, ss, blockIdx.x, blockIdx.y);
 }
 
 // hc_sinkhorn_warp is k_hc_pre's n x n part for nn = n*n <= 32 in warp 0's
@@ -207,6 +211,65 @@ extern "C" __global__ void k_hc_pre(float *collapsed, float *post, float *comb, 
 			acc = fmaf(pre[i], xt[(i64)i * D + d], acc);
 		}
 		collapsed[(i64)t * D + d] = acc;
+	}
+}
+
+// k_hc_fused: k_hc_proj and k_hc_pre in one launch for a decode step's
+// few tokens (n*n <= 32, float4 rows): grid (mix + 1, T), block (j, t)
+// forms m[t, j] (or ss[t]) as k_hc_proj does; the last block of token t
+// to finish (cnt[t], an atomicInc that wraps back to 0 for the next
+// launch) then forms pre and post, runs the Sinkhorn combination in warp
+// 0 while its other warps collapse the streams, with k_hc_pre's
+// arithmetic (the same bits).
+extern "C" __global__ void k_hc_fused(float *collapsed, float *post, float *comb, float *m, const float *x, const float *fn,
+				      const void *base, int bdt, const void *scale, int sdt, int n, int D, int iters, float eps,
+				      float rms_eps, double *ss, unsigned *cnt) {
+	pdl_prologue();
+	__shared__ float pre[HC_MAX_STREAMS];
+	__shared__ bool last;
+	const int t = blockIdx.y, nD = n * D, mix = (2 + n) * n, tid = threadIdx.x;
+	hc_proj_block(m, x, fn, nD, mix, ss, blockIdx.x, t);
+	if (tid == 0) {
+		__threadfence(); // this block's m[t, j] (or ss[t]) before its count
+		last = atomicInc(cnt + t, gridDim.x - 1) == gridDim.x - 1;
+	}
+	__syncthreads();
+	if (!last) {
+		return;
+	}
+	__threadfence();
+	const float r = (float)(1.0 / sqrt(__ldcg(ss + t) / (double)nD + (double)rms_eps));
+	const float *mt = m + (i64)t * mix;
+	if (tid < n) {
+		const float s0 = ldf(scale, 0, sdt), s1 = ldf(scale, 1, sdt);
+		pre[tid] = sigmoidf_((__ldcg(mt + tid) * r) * s0 + ldf(base, tid, bdt)) + eps;
+		post[(i64)t * n + tid] = 2.0f * sigmoidf_((__ldcg(mt + n + tid) * r) * s1 + ldf(base, n + tid, bdt));
+	}
+	__syncthreads(); // pre
+	const int nn = n * n;
+	if (tid < 32) {
+		const int ri = tid / n, cj = tid - ri * n;
+		const float z0 = tid < nn ? (__ldcg(mt + 2 * n + tid) * r) * ldf(scale, 2, sdt) + ldf(base, 2 * n + tid, bdt) : 0.0f;
+		const float v = hc_sinkhorn_warp(z0, n, ri, cj, iters, eps);
+		if (tid < nn) {
+			comb[(i64)t * nn + tid] = v;
+		}
+		return;
+	}
+	const float4 *x4 = (const float4 *)(x + (i64)t * nD);
+	float4 *c4 = (float4 *)(collapsed + (i64)t * D);
+	const int D4 = D >> 2;
+	for (int d = tid - 32; d < D4; d += blockDim.x - 32) {
+		const float4 v = x4[d];
+		float4 acc = make_float4(pre[0] * v.x, pre[0] * v.y, pre[0] * v.z, pre[0] * v.w);
+		for (int i = 1; i < n; i++) {
+			const float4 u = x4[(i64)i * D4 + d];
+			acc.x = fmaf(pre[i], u.x, acc.x);
+			acc.y = fmaf(pre[i], u.y, acc.y);
+			acc.z = fmaf(pre[i], u.z, acc.z);
+			acc.w = fmaf(pre[i], u.w, acc.w);
+		}
+		c4[d] = acc;
 	}
 }
 

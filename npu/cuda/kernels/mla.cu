@@ -106,6 +106,76 @@ extern "C" __global__ void k_mla_select(int *rows, int *counts, const int *sel, 
 	}
 }
 
+// k_mla_select_bm: k_mla_select's result through a bitmap of the row's
+// positions (dynamic shared memory words u32, words*32 >= the positions
+// the block table can address) instead of a sort: each valid position
+// sets its bit, then the set bits are read back in ascending order, which
+// also drops repeats. A few barriers where the sort has one per bitonic
+// stage (66 for 2048 selections): a decode step's rows are latency-bound.
+extern "C" __global__ void k_mla_select_bm(int *rows, int *counts, const int *sel, const int *qs, const int *pos,
+					   const int *bt, int B, int width, int words, int bs, int maxBlocks, int nslots, int *err,
+					   int op) {
+	pdl_prologue();
+	extern __shared__ unsigned bits[];
+	__shared__ int scan[1024];
+	const int t = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
+	const int b = seq_of(qs, B, t);
+	if (qs[b] > t || qs[b + 1] <= t || pos[b] < 0) {
+		if (tid == 0) {
+			report(err, ERR_ROWS, op, b);
+			counts[t] = 0;
+		}
+		return;
+	}
+	const int seqLen = pos[b] + qs[b + 1] - qs[b];
+	const int nw = min(words, (seqLen + 31) / 32);
+	for (int i = tid; i < nw; i += nt) {
+		bits[i] = 0;
+	}
+	__syncthreads();
+	for (int i = tid; i < width; i += nt) {
+		const int v = sel[(i64)t * width + i];
+		if (v >= seqLen || (v >= 0 && (v >> 5) >= nw)) {
+			report(err, ERR_POSITION, op, v);
+		} else if (v >= 0) {
+			atomicOr(bits + (v >> 5), 1u << (v & 31));
+		}
+	}
+	__syncthreads();
+	const int chunk = (nw + nt - 1) / nt, lo = min(tid * chunk, nw), hi = min(lo + chunk, nw);
+	int c = 0;
+	for (int i = lo; i < hi; i++) {
+		c += __popc(bits[i]);
+	}
+	scan[tid] = c;
+	__syncthreads();
+	for (int o = 1; o < nt; o <<= 1) {
+		const int add = tid >= o ? scan[tid - o] : 0;
+		__syncthreads();
+		scan[tid] += add;
+		__syncthreads();
+	}
+	int at = scan[tid] - c;
+	int *out = rows + (i64)t * width;
+	for (int i = lo; i < hi; i++) {
+		for (unsigned w = bits[i]; w != 0; w &= w - 1) {
+			const int v = i * 32 + __ffs(w) - 1;
+			const int blk = v / bs;
+			const int cb = blk < maxBlocks ? bt[(i64)b * maxBlocks + blk] : -1;
+			const i64 r = (i64)cb * bs + (v - blk * bs);
+			if (cb < 0 || r >= nslots) {
+				report(err, ERR_POSITION, op, v);
+				out[at++] = -1;
+			} else {
+				out[at++] = (int)r;
+			}
+		}
+	}
+	if (tid == nt - 1) {
+		counts[t] = scan[tid];
+	}
+}
+
 #define MLA_QT 8 // rows per block of k_mla_qlat and k_mla_out
 
 // k_mla_qlat: grid (ceil(n/8), H, column splits), 128 or 256 threads, dynamic shared memory
