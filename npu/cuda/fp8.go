@@ -13,10 +13,11 @@ import (
 // scales as the GEMMs load them. Results equal the CPU's up to fp32
 // summation order.
 
-// fp8Fake enqueues k_fp8_act_fake over x [M, K] into o (o may be x).
+// fp8Fake enqueues k_fp8_act's fake quantization of x [M, K] into o (o
+// may be x).
 func (b *Backend) fp8Fake(o, x uint64, M, K int) {
 	blocks := M * ((K + npu.FP8Block - 1) / npu.FP8Block)
-	b.launch("k_fp8_act_fake", b.gridFor(int64(blocks)*32, 256), d1(256), 0, o, x, pI64(M), pI32(K))
+	b.launch("k_fp8_act", b.gridFor(int64(blocks)*32, 256), d1(256), 0, o, 0, 0, x, pI64(M), pI32(K))
 }
 
 // gemmFP8 enqueues C = A · W_e^T for an FP8_BLOCK128 weight p with
@@ -64,7 +65,7 @@ func useFP8TC(major, minor, ltVer int, env string) bool {
 // runs the emulated kernels on the rows left.
 //
 // The activations are quantized as the emulated path fake-quantizes them
-// (the same E4M3 codes and F32 scales, k_fp8_act_quant); cuBLASLt then
+// (the same E4M3 codes and F32 scales, k_fp8_act); cuBLASLt then
 // takes in column-major terms A = W (E4M3 [N, K] rows: K x N, op T) with
 // its F32 [ceil(N/128), ceil(K/128)] scales as BLK128x128 (the
 // checkpoint's order, ceil(K/128) a multiple of 4), B = the quantized
@@ -88,7 +89,7 @@ func (b *Backend) fp8TensorCore(out, x uint64, p *qdev, M int) int {
 		if err != nil {
 			continue
 		}
-		b.launch("k_fp8_act_quant", b.gridFor(int64(mt*kb)*32, 256), d1(256), 0, q, sc, x, pI64(mt), pI32(K))
+		b.launch("k_fp8_act", b.gridFor(int64(mt*kb)*32, 256), d1(256), 0, 0, q, sc, x, pI64(mt), pI32(K))
 		d := out
 		var dbuf *buffer
 		if dt != cudaR32F {

@@ -14,13 +14,16 @@
 #define FP8_SMALL_MT 8   // rows per pass of the warp-per-column kernel
 
 
-// k_fp8_act_fake: quant.FP8ActFakeQuant of each row of x [M, K] into o
-// (may alias x): per group of 128 columns, amax the largest magnitude
-// (as quant.AbsMax: the largest |x| bit pattern, so a NaN wins),
-// s = max(amax/448, 1e-12) (Go's max: NaN stays NaN), each element
-// E4M3(x/s) * s, every step rounded to nearest as the CPU rounds it. One
+// k_fp8_act: quant.FP8ActFakeQuant's quantization of each row of x
+// [M, K]: per group of 128 columns, amax the largest magnitude (as
+// quant.AbsMax: the largest |x| bit pattern, so a NaN wins), s =
+// max(amax/448, 1e-12) (Go's max: NaN stays NaN), codes E4M3(x/s), every
+// step rounded to nearest as the CPU rounds it. With q == 0 it writes
+// the fake-quantized values E4M3(x/s) * s into o (may alias x); else the
+// codes into q E4M3 [M, K] and the scales into sc F32 [ceil(K/128), M]
+// (rows fastest: cuBLASLt's VEC128 layout, fp8.go's fp8TensorCore). One
 // warp per (row, group).
-extern "C" __global__ void k_fp8_act_fake(float *o, const float *x, i64 M, int K) {
+extern "C" __global__ void k_fp8_act(float *o, u8 *q, float *sc, const float *x, i64 M, int K) {
 	pdl_prologue();
 	const int lane = threadIdx.x & 31;
 	const int nb = (K + FP8B - 1) / FP8B;
@@ -41,36 +44,11 @@ extern "C" __global__ void k_fp8_act_fake(float *o, const float *x, i64 M, int K
 		if (s == s) {
 			s = fmaxf(s, 1e-12f);
 		}
-		for (int c = c0 + lane; c < c1; c += 32) {
-			o[m * K + c] = __fmul_rn(e4m3_to_f32(e4m3_from_f32(__fdiv_rn(xr[c], s))), s);
-		}
-	}
-}
-
-// k_fp8_act_quant: k_fp8_act_fake's quantization of x [M, K] kept as
-// codes for the tensor-core GEMM (fp8.go's fp8TensorCore): q E4M3 [M, K]
-// the codes E4M3(x/s), sc F32 [ceil(K/128), M] (rows fastest: cuBLASLt's
-// VEC128 layout) the scales s. One warp per (row, group).
-extern "C" __global__ void k_fp8_act_quant(u8 *q, float *sc, const float *x, i64 M, int K) {
-	pdl_prologue();
-	const int lane = threadIdx.x & 31;
-	const int nb = (K + FP8B - 1) / FP8B;
-	const i64 warps = (i64)gridDim.x * (blockDim.x >> 5);
-	for (i64 w = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); w < M * nb; w += warps) {
-		const i64 m = w / nb;
-		const int b = (int)(w - m * nb);
-		const int c0 = b * FP8B, c1 = min(K, c0 + FP8B);
-		const float *xr = x + m * K;
-		u32 amax = 0;
-		for (int c = c0 + lane; c < c1; c += 32) {
-			amax = max(amax, __float_as_uint(xr[c]) & 0x7fffffffu);
-		}
-		for (int s = 16; s > 0; s >>= 1) {
-			amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, s));
-		}
-		float s = __fdiv_rn(__uint_as_float(amax), 448.0f);
-		if (s == s) {
-			s = fmaxf(s, 1e-12f);
+		if (q == 0) {
+			for (int c = c0 + lane; c < c1; c += 32) {
+				o[m * K + c] = __fmul_rn(e4m3_to_f32(e4m3_from_f32(__fdiv_rn(xr[c], s))), s);
+			}
+			continue;
 		}
 		for (int c = c0 + lane; c < c1; c += 32) {
 			q[m * K + c] = e4m3_from_f32(__fdiv_rn(xr[c], s));

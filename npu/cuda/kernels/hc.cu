@@ -87,6 +87,24 @@ __device__ __forceinline__ float hc_sinkhorn_warp(float v, int n, int ri, int cj
 	return v;
 }
 
+// hc_collapse4 is the float4 collapse of k_hc_pre and k_hc_fused:
+// c4[d] = sum_i pre[i] x4[i*D4 + d] (first product, then fmaf in stream
+// order) for d = d0, d0 + step, ... below hi.
+__device__ __forceinline__ void hc_collapse4(float4 *c4, const float4 *x4, const float *pre, int n, int D4, int d0, int hi, int step) {
+	for (int d = d0; d < hi; d += step) {
+		const float4 v = x4[d];
+		float4 acc = make_float4(pre[0] * v.x, pre[0] * v.y, pre[0] * v.z, pre[0] * v.w);
+		for (int i = 1; i < n; i++) {
+			const float4 u = x4[(i64)i * D4 + d];
+			acc.x = fmaf(pre[i], u.x, acc.x);
+			acc.y = fmaf(pre[i], u.y, acc.y);
+			acc.z = fmaf(pre[i], u.z, acc.z);
+			acc.w = fmaf(pre[i], u.w, acc.w);
+		}
+		c4[d] = acc;
+	}
+}
+
 // k_hc_pre: grid (T, S): for token t with the projection m [T, mix] (mix
 // = (2+n)n) of the raw streams x [T, n, D]: scale m by the streams'
 // inverse RMS (from ss[t] when ss != 0, k_hc_proj's, else summed here),
@@ -189,19 +207,8 @@ extern "C" __global__ void k_hc_pre(float *collapsed, float *post, float *comb, 
 	if (vec) { // the same per-element arithmetic on float4s
 		const float4 *x4 = (const float4 *)xt;
 		float4 *c4 = (float4 *)(collapsed + (i64)t * D);
-		const int D4 = D >> 2, per = (D4 + S - 1) / S, hi = min(D4, (y + 1) * per);
-		for (int d = y * per + threadIdx.x; d < hi; d += blockDim.x) {
-			const float4 v = x4[d];
-			float4 acc = make_float4(pre[0] * v.x, pre[0] * v.y, pre[0] * v.z, pre[0] * v.w);
-			for (int i = 1; i < n; i++) {
-				const float4 u = x4[(i64)i * D4 + d];
-				acc.x = fmaf(pre[i], u.x, acc.x);
-				acc.y = fmaf(pre[i], u.y, acc.y);
-				acc.z = fmaf(pre[i], u.z, acc.z);
-				acc.w = fmaf(pre[i], u.w, acc.w);
-			}
-			c4[d] = acc;
-		}
+		const int D4 = D >> 2, per = (D4 + S - 1) / S;
+		hc_collapse4(c4, x4, pre, n, D4, y * per + threadIdx.x, min(D4, (y + 1) * per), blockDim.x);
 		return;
 	}
 	const int per = (D + S - 1) / S, hi = min(D, (y + 1) * per);
@@ -258,19 +265,7 @@ extern "C" __global__ void k_hc_fused(float *collapsed, float *post, float *comb
 	}
 	const float4 *x4 = (const float4 *)(x + (i64)t * nD);
 	float4 *c4 = (float4 *)(collapsed + (i64)t * D);
-	const int D4 = D >> 2;
-	for (int d = tid - 32; d < D4; d += blockDim.x - 32) {
-		const float4 v = x4[d];
-		float4 acc = make_float4(pre[0] * v.x, pre[0] * v.y, pre[0] * v.z, pre[0] * v.w);
-		for (int i = 1; i < n; i++) {
-			const float4 u = x4[(i64)i * D4 + d];
-			acc.x = fmaf(pre[i], u.x, acc.x);
-			acc.y = fmaf(pre[i], u.y, acc.y);
-			acc.z = fmaf(pre[i], u.z, acc.z);
-			acc.w = fmaf(pre[i], u.w, acc.w);
-		}
-		c4[d] = acc;
-	}
+	hc_collapse4(c4, x4, pre, n, D >> 2, tid - 32, D >> 2, blockDim.x - 32);
 }
 
 // k_hc_post: out[t, j, d] = sum_i comb[t, i, j] x[t, i, d] + post[t, j] y[t, d].

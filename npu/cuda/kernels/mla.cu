@@ -20,6 +20,50 @@ __device__ __forceinline__ int seq_of(const int *qs, int B, int t) {
 
 #define MLA_INT_MAX 0x7fffffff
 
+// mla_sel_seq is the sequence b of row t and its length for the select
+// kernels; -1 (reported, counts[t] = 0) for a row no sequence holds.
+__device__ __forceinline__ int mla_sel_seq(const int *qs, const int *pos, int B, int t, int *counts, int *err, int op, int *b) {
+	*b = seq_of(qs, B, t);
+	if (qs[*b] > t || qs[*b + 1] <= t || pos[*b] < 0) {
+		if (threadIdx.x == 0) {
+			report(err, ERR_ROWS, op, *b);
+			counts[t] = 0;
+		}
+		return -1;
+	}
+	return pos[*b] + qs[*b + 1] - qs[*b];
+}
+
+// mla_scan_excl is the block's exclusive prefix sum of c in thread order
+// (scan: blockDim.x ints of shared memory; scan[blockDim.x - 1] is the
+// total afterwards).
+__device__ __forceinline__ int mla_scan_excl(int *scan, int c) {
+	const int tid = threadIdx.x, nt = blockDim.x;
+	scan[tid] = c;
+	__syncthreads();
+	for (int o = 1; o < nt; o <<= 1) {
+		const int add = tid >= o ? scan[tid - o] : 0;
+		__syncthreads();
+		scan[tid] += add;
+		__syncthreads();
+	}
+	return scan[tid] - c;
+}
+
+// mla_cache_row is the cache row of position v of sequence b through its
+// block table, or -1 (reported) for a block that is missing or outside
+// the cache.
+__device__ __forceinline__ int mla_cache_row(int v, int b, const int *bt, int bs, int maxBlocks, int nslots, int *err, int op) {
+	const int blk = v / bs;
+	const int cb = blk < maxBlocks ? bt[(i64)b * maxBlocks + blk] : -1;
+	const i64 r = (i64)cb * bs + (v - blk * bs);
+	if (cb < 0 || r >= nslots) {
+		report(err, ERR_POSITION, op, v);
+		return -1;
+	}
+	return (int)r;
+}
+
 // k_mla_select: one block per row t; dynamic shared memory n2 ints (n2 a
 // power of two >= width). rows [T, width] gets the cache rows of the
 // row's distinct valid positions, ascending, then counts[t] their number.
@@ -32,15 +76,11 @@ extern "C" __global__ void k_mla_select(int *rows, int *counts, const int *sel, 
 	extern __shared__ int keys[];
 	__shared__ int scan[1024];
 	const int t = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
-	const int b = seq_of(qs, B, t);
-	if (qs[b] > t || qs[b + 1] <= t || pos[b] < 0) {
-		if (tid == 0) {
-			report(err, ERR_ROWS, op, b);
-			counts[t] = 0;
-		}
+	int b;
+	const int seqLen = mla_sel_seq(qs, pos, B, t, counts, err, op, &b);
+	if (seqLen < 0) {
 		return;
 	}
-	const int seqLen = pos[b] + qs[b + 1] - qs[b];
 	for (int i = tid; i < n2; i += nt) {
 		int v = MLA_INT_MAX;
 		if (i < width) {
@@ -76,30 +116,14 @@ extern "C" __global__ void k_mla_select(int *rows, int *counts, const int *sel, 
 	for (int i = lo; i < hi; i++) {
 		c += keys[i] != MLA_INT_MAX && (i == 0 || keys[i - 1] != keys[i]);
 	}
-	scan[tid] = c;
-	__syncthreads();
-	for (int o = 1; o < nt; o <<= 1) {
-		const int add = tid >= o ? scan[tid - o] : 0;
-		__syncthreads();
-		scan[tid] += add;
-		__syncthreads();
-	}
-	int at = scan[tid] - c;
+	int at = mla_scan_excl(scan, c);
 	int *out = rows + (i64)t * width;
 	for (int i = lo; i < hi; i++) {
 		const int v = keys[i];
 		if (v == MLA_INT_MAX || (i > 0 && keys[i - 1] == v)) {
 			continue;
 		}
-		const int blk = v / bs;
-		const int cb = blk < maxBlocks ? bt[(i64)b * maxBlocks + blk] : -1;
-		const i64 r = (i64)cb * bs + (v - blk * bs);
-		if (cb < 0 || r >= nslots) {
-			report(err, ERR_POSITION, op, v);
-			out[at++] = -1;
-		} else {
-			out[at++] = (int)r;
-		}
+		out[at++] = mla_cache_row(v, b, bt, bs, maxBlocks, nslots, err, op);
 	}
 	if (tid == nt - 1) {
 		counts[t] = scan[tid];
@@ -119,15 +143,11 @@ extern "C" __global__ void k_mla_select_bm(int *rows, int *counts, const int *se
 	extern __shared__ unsigned bits[];
 	__shared__ int scan[1024];
 	const int t = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
-	const int b = seq_of(qs, B, t);
-	if (qs[b] > t || qs[b + 1] <= t || pos[b] < 0) {
-		if (tid == 0) {
-			report(err, ERR_ROWS, op, b);
-			counts[t] = 0;
-		}
+	int b;
+	const int seqLen = mla_sel_seq(qs, pos, B, t, counts, err, op, &b);
+	if (seqLen < 0) {
 		return;
 	}
-	const int seqLen = pos[b] + qs[b + 1] - qs[b];
 	const int nw = min(words, (seqLen + 31) / 32);
 	for (int i = tid; i < nw; i += nt) {
 		bits[i] = 0;
@@ -147,28 +167,12 @@ extern "C" __global__ void k_mla_select_bm(int *rows, int *counts, const int *se
 	for (int i = lo; i < hi; i++) {
 		c += __popc(bits[i]);
 	}
-	scan[tid] = c;
-	__syncthreads();
-	for (int o = 1; o < nt; o <<= 1) {
-		const int add = tid >= o ? scan[tid - o] : 0;
-		__syncthreads();
-		scan[tid] += add;
-		__syncthreads();
-	}
-	int at = scan[tid] - c;
+	int at = mla_scan_excl(scan, c);
 	int *out = rows + (i64)t * width;
 	for (int i = lo; i < hi; i++) {
 		for (unsigned w = bits[i]; w != 0; w &= w - 1) {
 			const int v = i * 32 + __ffs(w) - 1;
-			const int blk = v / bs;
-			const int cb = blk < maxBlocks ? bt[(i64)b * maxBlocks + blk] : -1;
-			const i64 r = (i64)cb * bs + (v - blk * bs);
-			if (cb < 0 || r >= nslots) {
-				report(err, ERR_POSITION, op, v);
-				out[at++] = -1;
-			} else {
-				out[at++] = (int)r;
-			}
+			out[at++] = mla_cache_row(v, b, bt, bs, maxBlocks, nslots, err, op);
 		}
 	}
 	if (tid == nt - 1) {
