@@ -140,3 +140,43 @@ func TestAttnDeviceErrorMessages(t *testing.T) {
 		}
 	}
 }
+
+// TestMLAAttnTCLimits: k_mla_attn_tc's Go-side limits match its #defines,
+// its shared memory is what the kernel lays out, and it serves only the
+// latents it can (BF16, rank a multiple of 128 up to 512, aligned).
+func TestMLAAttnTCLimits(t *testing.T) {
+	_, defs := kernelDefines(t, "kernels/mla.cu")
+	for name, want := range map[string]int{"MLA_TC_HG": mlaTCHeads, "MLA_TC_PAD": mlaTCPad, "MLA_TC_NT": mlaTCMaxR / 64, "MLA_PS": mlaPS} {
+		if got, ok := defs[name]; !ok || got != want {
+			t.Errorf("mla.cu: %s = %d (defined %v), Go has %d", name, got, ok, want)
+		}
+	}
+	// R = 512: 3*16*520*2 + 2*32*520*2 + 8*16*32*4 + 16*33*4 + 3*16*4 + 2*32*4.
+	if got := mlaTCShared(512); got != 135424 {
+		t.Errorf("mlaTCShared(512) = %d, want 135424", got)
+	}
+	defer func() { mlaAttnTC = true }()
+	for _, c := range []struct {
+		on   bool
+		dt   npu.DType
+		R    int
+		lat  uint64
+		lim  int
+		want bool
+	}{
+		{true, npu.BF16, 512, 256, 227 << 10, true},
+		{true, npu.BF16, 128, 256, 227 << 10, true},
+		{true, npu.BF16, 384, 256, 227 << 10, true},
+		{true, npu.BF16, 64, 256, 227 << 10, false},   // not whole MMA tiles per warp
+		{true, npu.BF16, 1024, 256, 227 << 10, false}, // above MLA_TC_NT
+		{true, npu.F32, 512, 256, 227 << 10, false},
+		{true, npu.BF16, 512, 264, 227 << 10, false}, // 8-byte aligned latents
+		{true, npu.BF16, 512, 256, 100 << 10, false}, // shared memory
+		{false, npu.BF16, 512, 256, 227 << 10, false},
+	} {
+		mlaAttnTC = c.on
+		if got := mlaAttnTCFits(c.dt, c.R, c.lat, 512, c.lim); got != c.want {
+			t.Errorf("mlaAttnTCFits(%v, R=%d, lat %% 16 = %d, lim %d, on %v) = %v, want %v", c.dt, c.R, c.lat%16, c.lim, c.on, got, c.want)
+		}
+	}
+}

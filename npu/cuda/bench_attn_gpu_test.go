@@ -143,10 +143,14 @@ func TestGPUThroughputAttn(t *testing.T) {
 		if err := b.Upload(st, npu.EncodeInt32s(sel)); err != nil {
 			t.Fatal(err)
 		}
-		ms := timed(s.reps, func() { b.SparseMLA(out, q, lat, kvB, st, L, mH, dk, dv, 1.0/16) })
 		flops := 2*float64(T)*mH*R*(dk+dv) + 4*float64(n)*mH*R
 		bytes := float64(n)*R*2 + float64(kvB.Bytes()+q.Bytes()+out.Bytes())
-		report("SparseMLA H=64 R=512 sel=2051 "+s.name, ms, bytes, flops)
+		for _, tc := range []bool{true, false} { // tensor cores (k_mla_attn_tc, k_gemm_tc_strided), then CUDA cores
+			mlaAttnTC, mlaOutTC = tc, tc
+			ms := timed(s.reps, func() { b.SparseMLA(out, q, lat, kvB, st, L, mH, dk, dv, 1.0/16) })
+			report(fmt.Sprintf("SparseMLA H=64 R=512 sel=2051 tc=%v %s", tc, s.name), ms, bytes, flops)
+		}
+		mlaAttnTC, mlaOutTC = true, true
 		for _, x := range []*npu.Tensor{q, lat, out, st} {
 			b.Free(x)
 		}

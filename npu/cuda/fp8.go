@@ -80,6 +80,9 @@ func (b *Backend) fp8TensorCore(out, x uint64, p *qdev, M int) int {
 	if !b.fp8TC || p.E != 1 || mt < fp8TCMinRows || K%16 != 0 || N%8 != 0 || kb%4 != 0 || p.w%16 != 0 || p.scale%16 != 0 || out%16 != 0 {
 		return 0
 	}
+	if b.fp8NoPlan(mt, N, K, p.w, out) {
+		return 0
+	}
 	qBytes := (mt*K + 255) &^ 255
 	buf := b.temp(qBytes + 4*mt*kb)
 	defer b.freeBuf(buf)
@@ -113,6 +116,21 @@ func (b *Backend) fp8TensorCore(out, x uint64, p *qdev, M int) int {
 		return mt
 	}
 	return 0
+}
+
+// fp8NoPlan reports whether cuBLASLt has already answered that it has no
+// FP8_BLOCK128 algorithm for this shape with either D type, so that
+// fp8TensorCore falls back without allocating its scratch. The key
+// assumes that scratch is 256-byte aligned (device allocations are);
+// were it not, the check would miss and the plan lookup would answer.
+func (b *Backend) fp8NoPlan(M, N, K int, w, out uint64) bool {
+	for _, dt := range []int{cudaR32F, cudaR16BF} {
+		key := planKey{m: M, n: N, k: K, abType: cudaR8FE4M3, align: alignment(w, 0, out), dType: dt, scaled: true}
+		if _, ok := b.noPlan[key]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // fp8Plan is the cuBLASLt plan of an FP8_BLOCK128 GEMM with D of type dt

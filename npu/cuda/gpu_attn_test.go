@@ -220,9 +220,12 @@ func TestGPUSparseMLA(t *testing.T) {
 		{3, 5, 7, 37, []int{9, 1, 0, 4}, []int{0, 40, 3, 11}, 21},
 		{17, 16, 8, 300, []int{1, 1, 1}, []int{70, 5, 129}, 80},
 		{2, 32, 32, 64, []int{30}, []int{100}, 45},
-		{8, 16, 16, 64, []int{1, 1}, []int{600, 450}, 500}, // decode: the latents split across blocks
-		{5, 19, 8, 40, []int{1, 1}, []int{30, 7}, 20},      // decode, BF16 kvB: k_mla_qlat_bf16, one dk row per slice
-		{64, 256, 256, 512, []int{1}, []int{1000}, 300},    // decode at the slice's head shapes
+		{8, 16, 16, 64, []int{1, 1}, []int{600, 450}, 500},   // decode: the latents split across blocks
+		{5, 19, 8, 40, []int{1, 1}, []int{30, 7}, 20},        // decode, BF16 kvB: k_mla_qlat_bf16, one dk row per slice
+		{64, 256, 256, 512, []int{1}, []int{1000}, 300},      // decode at the slice's head shapes
+		{20, 16, 24, 128, []int{70, 5}, []int{50, 200}, 70},  // k_mla_attn_tc, k_gemm_tc_strided: prefill rows, a group of 4 heads
+		{64, 256, 256, 512, []int{24}, []int{400}, 300},      // k_mla_attn_tc: prefill at the slice's head shapes
+		{16, 32, 32, 256, []int{1, 1}, []int{900, 300}, 700}, // k_mla_attn_tc: decode, latents split across blocks
 	} {
 		for _, ldt := range []npu.DType{npu.F32, npu.BF16} {
 			for _, wdt := range floatTypes {
@@ -283,6 +286,20 @@ func TestGPUSparseMLA(t *testing.T) {
 					tol = 1e-4
 				}
 				h.close("SparseMLA "+name, out, tol)
+				if ldt == npu.BF16 && c.R%128 == 0 || wdt == npu.BF16 && T >= mlaOutTCRows {
+					// The tensor-core kernels (k_mla_attn_tc,
+					// k_gemm_tc_strided) served the runs above; the
+					// CUDA-core k_mla_attn and k_mla_out agree with the
+					// CPU too.
+					g, _ := h.floats(out)
+					mlaAttnTC, mlaOutTC = false, false
+					h.g.SparseMLA(out.g, q.g, lat.g, kvB.g, sp.g, gs, c.H, c.dk, c.dv, scale)
+					mlaAttnTC, mlaOutTC = true, true
+					h.close("SparseMLA (CUDA cores) "+name, out, tol)
+					f, _ := h.floats(out)
+					e, _ := maxRelErr(g, f, rms(f))
+					h.t.Logf("SparseMLA %s: tensor cores vs CUDA cores max rel err %.3g", name, e)
+				}
 				if T > 1 {
 					g, _ := h.floats(out)
 					for i, v := range g[c.H*c.dv : 2*c.H*c.dv] {

@@ -167,6 +167,12 @@ func TestGPUMatMulQFP8BlockTensorCore(t *testing.T) {
 		{130, 384, 1024},  // 128 rows on tensor cores, 2 emulated
 		{259, 136, 512},   // N not a multiple of 128: a partial scale block
 		{256, 1024, 2048}, // several K blocks of scales per row
+		// The 512-wide model's prefill shapes (96 rows): outputs narrower
+		// than one scale block, and K not a multiple of 128.
+		{96, 8, 512},
+		{96, 24, 512},
+		{96, 1536, 512},
+		{96, 64, 496},
 	} {
 		name := fmt.Sprintf("MatMulQ FP8_BLOCK128 tensor cores M=%d N=%d K=%d", c.M, c.N, c.K)
 		wg, wc := h.fp8BlockQWeight(0, c.N, c.K)

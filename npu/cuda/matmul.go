@@ -12,8 +12,8 @@ import (
 //
 //   - F32 weights: cuBLASLt fp32 GEMM with CUBLAS_COMPUTE_32F (plain fp32
 //     FMA, TF32 off).
-//   - BF16 weights, M <= gemvMaxM (decode), K % 8 == 0 and x and w
-//     16-byte aligned: k_gemv_tc (k_gemv_tc16 above 8 rows;
+//   - BF16 weights, M <= gemvMaxM (decode; one row only below gemvWideN
+//     columns), K % 8 == 0 and x and w 16-byte aligned: k_gemv_tc (k_gemv_tc16 above 8 rows;
 //     kernels/moe.cu) splits x into three
 //     bf16 parts (24 bits: all of fp32's mantissa) and multiplies them
 //     with the weights on the tensor cores, fp32 accumulation, reading
@@ -30,8 +30,9 @@ import (
 //   - F16 weights, larger M: widened to an fp32 scratch, fp32 GEMM.
 //
 // So a row's result may differ in the last bits between a batch of
-// gemvMaxM (gemmSmallM) rows and a larger one; within k_gemv_tc and
-// k_gemv_tc16 it depends only on N and K, not on M.
+// gemvMaxM (gemmSmallM) rows and a larger one, and, at gemvWideN columns
+// or more, between one row and several; within k_gemv_tc and k_gemv_tc16
+// it depends only on N and K, not on M.
 
 // gemmSmallM is the largest M that k_gemm_small serves.
 const gemmSmallM = 4
@@ -79,7 +80,7 @@ func (b *Backend) MatMul(out, x, w *npu.Tensor) {
 	switch {
 	case w.DType() == npu.F32:
 		b.gemmOrFail(cudaR32F, M, N, K, pw, px, po)
-	case useGemvTC(w.DType(), M, K, px, pw):
+	case useGemvTC(w.DType(), M, N, K, px, pw):
 		b.gemvTC(po, px, 0, pw, nil, M, N, K)
 	case M <= gemmSmallM:
 		b.gemmSmall(po, px, pw, w.DType(), M, N, K)
@@ -94,11 +95,22 @@ func (b *Backend) MatMul(out, x, w *npu.Tensor) {
 	}
 }
 
-// useGemvTC says whether MatMul of M rows of K with weights of dtype dt
-// (x and w at these device addresses) takes k_gemv_tc: BF16, M <=
-// gemvMaxM, K % 8 == 0 and 16-byte aligned operands (its vector loads).
-func useGemvTC(dt npu.DType, M, K int, x, w uint64) bool {
-	return gemvTC && dt == npu.BF16 && M <= gemvMaxM && K%8 == 0 && x%16 == 0 && w%16 == 0
+// gemvWideN is the output width from which a one-row BF16 MatMul takes
+// k_gemm_small instead of k_gemv_tc: with that many columns its warp per
+// column, each streaming a whole weight row, reads faster than
+// k_gemv_tc's 64-byte pieces of 16 rows, and one row leaves seven eighths
+// of each MMA idle (TestGPUDecodeGEMV on the H200, GB/s of weights:
+// 24576x4096 3,187 against 2,690, 16384x1536 2,261 against 2,055, the
+// 154880-row lm_head 3,654 against 2,957; at 4096 columns k_gemv_tc
+// leads, 2,209 against 1,704).
+const gemvWideN = 16384
+
+// useGemvTC says whether MatMul of M rows of K into N columns with weights
+// of dtype dt (x and w at these device addresses) takes k_gemv_tc: BF16,
+// M <= gemvMaxM, K % 8 == 0 and 16-byte aligned operands (its vector
+// loads), and not one row of gemvWideN columns or more.
+func useGemvTC(dt npu.DType, M, N, K int, x, w uint64) bool {
+	return gemvTC && dt == npu.BF16 && M <= gemvMaxM && K%8 == 0 && x%16 == 0 && w%16 == 0 && (M > 1 || N < gemvWideN)
 }
 
 // splitGemm is the split-activation bf16 GEMM; false (nothing enqueued)

@@ -27,6 +27,47 @@ const (
 // the sort (tests run both).
 var mlaSelectBitmap = true
 
+// mlaAttnTC selects k_mla_attn_tc (the attention step on the tensor
+// cores) where it applies (mlaAttnTCFits); false keeps k_mla_attn (tests
+// run both).
+var mlaAttnTC = true
+
+// mlaOutTC selects the tensor-core output projection (k_gemm_tc_strided,
+// one GEMM per head, the latents split in three bf16 parts: fp32
+// rounding) for BF16 kvB in waves of at least mlaOutTCRows rows; false
+// keeps k_mla_out (tests run both).
+var mlaOutTC = true
+
+// mlaOutTCRows is the fewest rows of a wave whose output projection runs
+// as GEMMs (one 64-row tile per head and 128 columns); fewer rows
+// (decode) take k_mla_out, which reads each weight once per 8 rows.
+const mlaOutTCRows = 64
+
+// Limits of k_mla_attn_tc (MLA_TC_* in kernels/mla.cu): 16 heads per
+// block, latent ranks that are multiples of 128 up to 512 (8 warps, each
+// whole m16n8k16 tiles of R/8 columns).
+const (
+	mlaTCHeads = 16
+	mlaTCPad   = 8
+	mlaTCMaxR  = 512
+)
+
+// mlaTCShared is k_mla_attn_tc's dynamic shared memory for rank R: q̃'s
+// three bf16 parts [3][16][R+8], two latent tiles [2][32][R+8], the
+// warps' partial scores [8][16][32], the probabilities [16][33], three
+// per-head values and two tiles' row indices.
+func mlaTCShared(R int) int {
+	rp := R + mlaTCPad
+	return 2*3*mlaTCHeads*rp + 2*2*mlaPS*rp + 4*8*mlaTCHeads*mlaPS + 4*mlaTCHeads*(mlaPS+1) + 4*3*mlaTCHeads + 4*2*mlaPS
+}
+
+// mlaAttnTCFits says whether k_mla_attn_tc serves latents of dtype dt and
+// rank R at address lat (z at address zp): BF16, R % 128 == 0, R <=
+// mlaTCMaxR, both 16-byte aligned, and its shared memory within lim.
+func mlaAttnTCFits(dt npu.DType, R int, lat, zp uint64, lim int) bool {
+	return mlaAttnTC && dt == npu.BF16 && R%128 == 0 && R <= mlaTCMaxR && lat%16 == 0 && zp%16 == 0 && mlaTCShared(R) <= lim
+}
+
 // SparseMLA is NoPE multi-head latent attention over the positions selected
 // by DSAIndex (see npu.Ops.SparseMLA), in the absorbed form for every batch:
 //
@@ -37,13 +78,15 @@ var mlaSelectBitmap = true
 //  2. k_mla_qlat projects q̃[t,h] = W_UK[h]ᵀ q[t,h] into the latent space;
 //  3. k_mla_attn scores the row's latents against up to 16 heads at once
 //     (each latent is read once per 16 heads), with an online softmax, and
-//     accumulates z = Σ p c;
-//  4. k_mla_out projects out[t,h] = W_UV[h] z.
+//     accumulates z = Σ p c; k_mla_attn_tc does the same on the tensor
+//     cores (q̃ and p split in three bf16 parts, fp32 accumulation) for
+//     BF16 latents of rank 128, 256, 384 or 512 (mlaAttnTCFits);
+//  4. k_mla_out projects out[t,h] = W_UV[h] z (at prefill, with BF16 kvB,
+//     k_gemm_tc_strided: a tensor-core GEMM per head).
 //
-// Everything is fp32 on the CUDA cores (latents and kvB may be F32, BF16
-// or F16, widened when loaded), so results agree with the CPU backend to
-// fp32 rounding; the attention step is where a tensor-core kernel would
-// gain most. Rows run in waves that bound the [rows, H, R] scratch. A
+// Everything else is fp32 on the CUDA cores (latents and kvB may be F32,
+// BF16 or F16, widened when loaded), so results agree with the CPU backend
+// to fp32 rounding. Rows run in waves that bound the [rows, H, R] scratch. A
 // selected position outside its sequence, or whose block is missing or
 // outside the cache, is a DeviceError at the next Sync.
 func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.SeqLayout, heads, dk, dv int, scale float32) {
@@ -127,7 +170,12 @@ func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Seq
 			b.launchShared("k_mla_qlat", dim3{uint32(tiles), uint32(H), uint32(qz)}, d1(128), 4*mlaQT*dk,
 				z.ptr, b.ptr(q), b.ptr(kvB), wdt, pI32(t0), pI32(n), pI32(H), pI32(dk), pI32(dv), pI32(R))
 		}
-		groups := (H + hg - 1) / hg
+		tc := mlaAttnTCFits(latents.DType(), R, b.ptr(latents), z.ptr, lim)
+		hgw := hg
+		if tc {
+			hgw = mlaTCHeads
+		}
+		groups := (H + hgw - 1) / hgw
 		ptiles := (width + mlaPS - 1) / mlaPS // latent tiles of the widest row
 		splits, tps := 1, max(ptiles, 1)
 		if n*groups < mlaSplitBlocks && ptiles > 1 {
@@ -136,23 +184,39 @@ func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Seq
 			splits = (ptiles + tps - 1) / tps
 		}
 		avec := pBool(latents.DType() == npu.BF16 && R%8 == 0 && b.ptr(latents)%16 == 0 && z.ptr%16 == 0)
-		if splits == 1 {
-			b.launchShared("k_mla_attn", d2(n, groups), d1(256), attnShared,
+		attn := func(grid dim3, pm, pl, pacc uint64) {
+			if tc {
+				b.launchShared("k_mla_attn_tc", grid, d1(256), mlaTCShared(R),
+					z.ptr, b.ptr(latents), rows.ptr, counts.ptr, pI32(t0), pI32(H), pI32(R), pI32(max(width, 1)),
+					pF32(scale), pI32(tps), pm, pl, pacc)
+				return
+			}
+			b.launchShared("k_mla_attn", grid, d1(256), attnShared,
 				z.ptr, b.ptr(latents), ldt, rows.ptr, counts.ptr, pI32(t0), pI32(H), pI32(R), pI32(max(width, 1)),
-				pI32(hg), pF32(scale), pI32(tps), uint64(0), uint64(0), uint64(0), avec)
+				pI32(hg), pF32(scale), pI32(tps), pm, pl, pacc, avec)
+		}
+		if splits == 1 {
+			attn(d2(n, groups), 0, 0, 0)
 		} else {
 			part := b.temp(4 * splits * n * H * (R + 2))
 			pm, pl := part.ptr, part.ptr+uint64(4*splits*n*H)
 			pacc := pl + uint64(4*splits*n*H)
-			b.launchShared("k_mla_attn", dim3{uint32(n), uint32(groups), uint32(splits)}, d1(256), attnShared,
-				z.ptr, b.ptr(latents), ldt, rows.ptr, counts.ptr, pI32(t0), pI32(H), pI32(R), pI32(max(width, 1)),
-				pI32(hg), pF32(scale), pI32(tps), pm, pl, pacc, avec)
+			attn(dim3{uint32(n), uint32(groups), uint32(splits)}, pm, pl, pacc)
 			b.launch("k_mla_combine", d2(n, H), d1(256), 0, z.ptr, pm, pl, pacc, pI32(splits), pI32(n), pI32(H), pI32(R))
 			b.freeBuf(part)
 		}
 		vec := kvB.DType() == npu.BF16 && R%8 == 0 && b.ptr(kvB)%16 == 0
 		if vec && n == 1 {
 			oz = (dv + 7) / 8 // one output column per warp: k_mla_out's one-row form is latency-bound
+		}
+		if mlaOutTC && kvB.DType() == npu.BF16 && n >= mlaOutTCRows {
+			// Prefill: one strided tensor-core GEMM per head,
+			// out[t, h*dv:] = z[t, h, :] · W_UV[h]ᵀ.
+			o := b.ptr(out) + uint64(4*t0*H*dv)
+			b.launch("k_gemm_tc_strided", dim3{uint32((dv + moeTCBN - 1) / moeTCBN), uint32((n + moeBM - 1) / moeBM), uint32(H)}, d1(256), 0,
+				o, pI64(H*dv), pI64(dv), z.ptr, pI64(H*R), pI64(R),
+				b.ptr(kvB)+uint64(2*dk*R), pI64((dk+dv)*R), pI32(n), pI32(dv), pI32(R), pBool(vec && z.ptr%16 == 0))
+			continue
 		}
 		b.launchShared("k_mla_out", dim3{uint32(tiles), uint32(H), uint32(oz)}, d1(256), 4*mlaQT*R,
 			b.ptr(out), z.ptr, b.ptr(kvB), wdt, pI32(t0), pI32(n), pI32(H), pI32(dk), pI32(dv), pI32(R), pBool(vec))

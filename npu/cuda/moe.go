@@ -114,7 +114,7 @@ func (b *Backend) gemmF(c, a, tok, w uint64, wdt int, scale uint64, group int, r
 	}
 	if wdt == dtypeCode(npu.BF16) && group == 0 && moeTensorCores {
 		vec := K%8 == 0 && a%16 == 0 && w%16 == 0
-		b.launch("k_moe_gemm_tc", d2((N+moeBN-1)/moeBN, ys), d1(256), 0,
+		b.launch("k_moe_gemm_tc", d2((N+moeTCBN-1)/moeTCBN, ys), d1(256), 0,
 			c, a, tok, w, tiles, ntiles, off, pI32(M), pI32(N), pI32(K), pBool(vec))
 		return
 	}
@@ -226,6 +226,9 @@ const moeTensorCores = true
 
 // moeBN is the column tile of the tiled GEMMs (MOE_BN, QI8_BN).
 const moeBN = 64
+
+// moeTCBN is k_moe_gemm_tc's column tile (MOE_TBN).
+const moeTCBN = 128
 
 // moeArgs checks MoE's and MoEQ's routing operands as the CPU backend
 // does and returns T, D and the experts per token (0: nothing to do).

@@ -115,7 +115,7 @@ func TestMoEOpNames(t *testing.T) {
 // shared memory.
 func TestGEMVKernelConstants(t *testing.T) {
 	text, defs := kernelDefines(t, "kernels/moe.cu")
-	for name, want := range map[string]int{"GEMV_MT": gemvPass, "GEMV_U": gemvU, "GEMV_MAXW": gemvMaxW, "MOE_BM": moeBM} {
+	for name, want := range map[string]int{"GEMV_MT": gemvPass, "GEMV_U": gemvU, "GEMV_MAXW": gemvMaxW, "MOE_BM": moeBM, "MOE_BN": moeBN, "MOE_TBN": moeTCBN} {
 		if got, ok := defs[name]; !ok || got != want {
 			t.Errorf("moe.cu: %s = %d (defined %v), Go has %d", name, got, ok, want)
 		}
@@ -185,24 +185,27 @@ func TestGemvSplitK(t *testing.T) {
 // the vector-load conditions; the rest go to k_gemm_small or cuBLASLt).
 func TestUseGemvTC(t *testing.T) {
 	for _, c := range []struct {
-		dt   npu.DType
-		M, K int
-		x, w uint64
-		want bool
+		dt      npu.DType
+		M, N, K int
+		x, w    uint64
+		want    bool
 	}{
-		{npu.BF16, 1, 4096, 0x1000, 0x2000, true},
-		{npu.BF16, 8, 4096, 0x1000, 0x2000, true},
-		{npu.BF16, 9, 4096, 0x1000, 0x2000, true}, // k_gemv_tc16
-		{npu.BF16, 16, 4096, 0x1000, 0x2000, true},
-		{npu.BF16, 17, 4096, 0x1000, 0x2000, false}, // above gemvMaxM: cuBLASLt
-		{npu.BF16, 3, 129, 0x1000, 0x2000, false},   // K % 8 != 0: k_gemm_small
-		{npu.BF16, 3, 4096, 0x1008, 0x2000, false},  // x not 16-byte aligned
-		{npu.BF16, 3, 4096, 0x1000, 0x2004, false},  // w not 16-byte aligned
-		{npu.F16, 1, 4096, 0x1000, 0x2000, false},
-		{npu.F32, 1, 4096, 0x1000, 0x2000, false},
+		{npu.BF16, 1, 4096, 4096, 0x1000, 0x2000, true},
+		{npu.BF16, 8, 4096, 4096, 0x1000, 0x2000, true},
+		{npu.BF16, 9, 4096, 4096, 0x1000, 0x2000, true}, // k_gemv_tc16
+		{npu.BF16, 16, 4096, 4096, 0x1000, 0x2000, true},
+		{npu.BF16, 17, 4096, 4096, 0x1000, 0x2000, false}, // above gemvMaxM: cuBLASLt
+		{npu.BF16, 3, 4096, 129, 0x1000, 0x2000, false},   // K % 8 != 0: k_gemm_small
+		{npu.BF16, 3, 4096, 4096, 0x1008, 0x2000, false},  // x not 16-byte aligned
+		{npu.BF16, 3, 4096, 4096, 0x1000, 0x2004, false},  // w not 16-byte aligned
+		{npu.F16, 1, 4096, 4096, 0x1000, 0x2000, false},
+		{npu.F32, 1, 4096, 4096, 0x1000, 0x2000, false},
+		{npu.BF16, 1, 16383, 4096, 0x1000, 0x2000, true},
+		{npu.BF16, 1, 24576, 4096, 0x1000, 0x2000, false}, // one row, wide: k_gemm_small
+		{npu.BF16, 2, 24576, 4096, 0x1000, 0x2000, true},
 	} {
-		if got := useGemvTC(c.dt, c.M, c.K, c.x, c.w); got != c.want {
-			t.Errorf("useGemvTC(%v, M=%d, K=%d, x=%#x, w=%#x) = %v, want %v", c.dt, c.M, c.K, c.x, c.w, got, c.want)
+		if got := useGemvTC(c.dt, c.M, c.N, c.K, c.x, c.w); got != c.want {
+			t.Errorf("useGemvTC(%v, M=%d, N=%d, K=%d, x=%#x, w=%#x) = %v, want %v", c.dt, c.M, c.N, c.K, c.x, c.w, got, c.want)
 		}
 	}
 }

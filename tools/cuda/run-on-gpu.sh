@@ -10,7 +10,8 @@
 #                                        # "ops model bench hf"; also
 #                                        # graphs, selftest, memcheck, mtp,
 #                                        # mtp-train, spec-slice, serve,
-#                                        # bench-serve, nccl, ncu)
+#                                        # bench-serve, nccl, ncu,
+#                                        # fp8wide, prefill)
 #
 # With the device tool: run `build`, then call run with carry [".gpu"] and
 # the command `bash tools/cuda/run-on-gpu.sh run`. What comes back in $OUT:
@@ -55,7 +56,7 @@ session)
 		ops)
 			(cd .gpu && timeout ${OPS_S:-240} ./cuda.test -test.v -test.count=1 -test.timeout=230s) >"$out/cuda-test.log" 2>&1 || rc=1
 			grep -E '^(--- FAIL|FAIL|ok|PASS|panic)' "$out/cuda-test.log" | head -40
-			(cd .gpu && NPUSERVE_CUDA_BENCH=1 timeout 120 ./cuda.test -test.v -test.run 'TestGPU(MoE)?Throughput|TestGPUDecodeGEMV') >"$out/cuda-bench.log" 2>&1 || rc=1
+			(cd .gpu && NPUSERVE_CUDA_BENCH=1 timeout ${OPSBENCH_S:-120} ./cuda.test -test.v -test.run 'TestGPU(MoE)?Throughput|TestGPUDecodeGEMV') >"$out/cuda-bench.log" 2>&1 || rc=1
 			tail -3 "$out/cuda-bench.log"
 			;;
 		memcheck)
@@ -92,6 +93,22 @@ session)
 						--batch ${BENCH_BATCH:-1,8,32,128} --context ${BENCH_CONTEXT:-1024} --steps ${BENCH_STEPS:-16} 2>&1 | tee -a "$out/bench-graphs-$cfg.log" || rc=1
 				done
 			done
+			;;
+		fp8wide)
+			# The 512-wide block-FP8 model on the GPU against the CPU, with
+			# the e4m3 tensor cores and without them.
+			for tc in 1 0; do
+				echo "--- NPUSERVE_CUDA_FP8_TC=$tc" >>"$out/fp8wide.log"
+				(cd engine/model/glm5next && NPUSERVE_CUDA_FP8_TC=$tc NPUSERVE_TEST_DEVICE=cuda timeout 120 "$root/.gpu/glm5next.test" -test.v -test.count=1 -test.run 'TestBlockFP8WideOnDevice') >>"$out/fp8wide.log" 2>&1 || rc=1
+			done
+			grep -E '^(--- |ok|FAIL|PASS)' "$out/fp8wide.log"
+			;;
+		prefill)
+			# The GPU time by kernel of one slice prefill (PREFILL_CONTEXT
+			# tokens: the second sequence of a batch of 2 is timed).
+			NPUSERVE_CUDA_PROFILE=1 timeout ${PREFILL_S:-200} .gpu/npuserve bench decode --device cuda --config configs/slice/config.json \
+				--batch 2 --context ${PREFILL_CONTEXT:-8192} --steps 2 >"$out/prefill.log" 2>&1 || rc=1
+			tail -5 "$out/prefill.log"
 			;;
 		ncu)
 			# Exact per-kernel GPU time of eager decode (Nsight Compute, one

@@ -367,3 +367,63 @@ __device__ __forceinline__ u8 e4m3_from_f32(float f) {
 	}
 	return sign | (u8)(e << 3) | (u8)keep;
 }
+
+// mma_bf16 is one m16n8k16 tensor-core MMA, bf16 inputs, fp32 accumulate.
+__device__ __forceinline__ void mma_bf16(float *c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+		     "{%0,%1,%2,%3};"
+		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// bf2 rounds a and b to bf16 (nearest even; a NaN stays a NaN) packed as
+// a | b << 16, an MMA operand register.
+__device__ __forceinline__ u32 bf2(float a, float b) {
+	u32 d;
+	asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(b), "f"(a));
+	return d;
+}
+
+__device__ __forceinline__ float bf2_lo(u32 v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float bf2_hi(u32 v) { return __uint_as_float(v & 0xffff0000u); }
+
+// split3x2 writes the pair (a, b) as three packed bf16 pairs with a =
+// hi + mid + lo to 24 bits (all of an fp32 mantissa, as k_moe_gemm_tc
+// splits), likewise b. A non-finite value is carried by hi alone (its
+// remainder, NaN, is replaced by 0), so an infinity stays one.
+__device__ __forceinline__ void split3x2(float a, float b, u32 &hi, u32 &mid, u32 &lo) {
+	hi = bf2(a, b);
+	float ra = a - bf2_lo(hi), rb = b - bf2_hi(hi);
+	ra = ra == ra ? ra : 0.0f;
+	rb = rb == rb ? rb : 0.0f;
+	mid = bf2(ra, rb);
+	lo = bf2(ra - bf2_lo(mid), rb - bf2_hi(mid));
+}
+
+// cp_async16 copies 16 bytes from global to shared memory asynchronously
+// (cp.async.cg: through L2 only), filling with zeros when bytes is 0.
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes) {
+	const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
+// ldsm_x4 is ldmatrix.x4: lane l names row (l & 15) at column 8 (l >> 4)
+// of a 16x16 bf16 tile, giving the m16n8k16 A fragment (a0..a3).
+__device__ __forceinline__ void ldsm_x4(const u16 *p, u32 &a0, u32 &a1, u32 &a2, u32 &a3) {
+	const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+		     : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3)
+		     : "r"(s));
+}
+
+// ldsm_x2_trans is ldmatrix.x2.trans: lanes 0..15 name rows k = 0..15 of
+// a row-major [k][n] 16x8 bf16 tile, giving the m16n8k16 B fragment
+// (b0, b1) of that tile.
+__device__ __forceinline__ void ldsm_x2_trans(const u16 *p, u32 &b0, u32 &b1) {
+	const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(b0), "=r"(b1) : "r"(s));
+}

@@ -286,6 +286,33 @@ extern "C" __global__ __launch_bounds__(512) void k_mla_qlat_bf16(float *qlat, c
 #define MLA_HG 16 // heads per block, at most
 #define MLA_RC 4  // latent columns per thread, at most (R <= 256*MLA_RC)
 
+// mla_softmax_step is one tile's online softmax update of head h, the
+// warp's lanes holding its 32 latents' scaled scores x (masked: no
+// latent): p = e^(x - m') with m' the running max, ps[h] the tile's p,
+// corr[h] the factor e^(m - m') for the accumulator, lsum[h] the running
+// sum.
+__device__ __forceinline__ void mla_softmax_step(float x, bool masked, int h, int lane, float *ps, float *corr,
+						 float *ms, float *lsum) {
+	if (masked) {
+		x = neg_inf();
+	}
+	const float mt = warp_nanmax(x);
+	const float mo = ms[h], mn = fmaxf(mo, mt);
+	float p = 0, cr = 1;
+	if (mn != neg_inf()) {
+		p = expf(x - mn);
+		cr = mo == neg_inf() ? 0.0f : expf(mo - mn);
+	}
+	const float sp = warp_sum(p);
+	ps[h * (MLA_PS + 1) + lane] = p;
+	__syncwarp();
+	if (lane == 0) {
+		corr[h] = cr;
+		ms[h] = mn;
+		lsum[h] = lsum[h] * cr + sp;
+	}
+}
+
 // k_mla_attn: grid (n, ceil(H/hg), splits), 256 threads; dynamic shared
 // memory (hg*R + 32*(R+1) + hg*33 + 3*hg) floats + 32 ints. z [n, H, R]
 // holds q̃ on entry. With one split (pacc NULL) it holds Σ_s p_s c_s
@@ -378,26 +405,7 @@ extern "C" __global__ __launch_bounds__(256) void k_mla_attn(float *z, const voi
 			for (int c = 0; c < R; c++) {
 				d += qh[c] * lv[c];
 			}
-			float x = d * scale;
-			if (idx[lane] < 0) {
-				x = neg_inf();
-			}
-			// Online softmax update of head h over this tile.
-			const float mt = warp_nanmax(x);
-			const float mo = ms[h], mn = fmaxf(mo, mt);
-			float p = 0, cr = 1;
-			if (mn != neg_inf()) {
-				p = expf(x - mn);
-				cr = mo == neg_inf() ? 0.0f : expf(mo - mn);
-			}
-			const float sp = warp_sum(p);
-			ps[h * (MLA_PS + 1) + lane] = p;
-			__syncwarp();
-			if (lane == 0) {
-				corr[h] = cr;
-				ms[h] = mn;
-				lsum[h] = lsum[h] * cr + sp;
-			}
+			mla_softmax_step(d * scale, idx[lane] < 0, h, lane, ps, corr, ms, lsum);
 		}
 		__syncthreads();
 #pragma unroll
@@ -452,6 +460,204 @@ extern "C" __global__ __launch_bounds__(256) void k_mla_attn(float *z, const voi
 				if (h < ng) {
 					const float l = lsum[h];
 					zr[(i64)h * R + r] = l > 0 ? acc[c][h] * (float)(1.0 / (double)l) : 0.0f;
+				}
+			}
+		}
+	}
+}
+
+#define MLA_TC_HG 16 // heads per block: the MMA's m16
+#define MLA_TC_PAD 8 // row padding (bf16) of the shared tiles: 16-byte rows, no bank conflicts
+#define MLA_TC_NT 8  // 8-column MMA tiles per warp at most: R <= 8 warps x 8 x MLA_TC_NT (mlaTCMaxR)
+
+// k_mla_attn_tc is k_mla_attn on the tensor cores, for BF16 latents with R
+// % 128 == 0 and R <= 512 (host-checked; 16-byte aligned, as are z's rows): grid (n, ceil(H/16),
+// splits), 256 threads, dynamic shared memory mla_tc_shared(R) bytes; the
+// same arguments (but for hg, always 16), outputs and online softmax. A
+// block holds its 16 heads' q̃ split in three bf16 parts (split3x2: all
+// 24 bits of fp32) and streams the row's latents in tiles of 32 through
+// two shared buffers (cp.async, the next tile loading while this one is
+// used). Per tile: scores = q̃ · latentsᵀ as m16n8k16 MMAs of each part
+// (fp32 accumulation; warp w sums latent columns [wR/8, (w+1)R/8), the
+// eight partial sums added in warp order), the softmax step as in
+// k_mla_attn (warp w: heads 2w, 2w+1, lane = latent), then acc += p ·
+// latents with p split in three parts likewise (warp w: latent columns
+// [wR/8, (w+1)R/8)). Products are exact and sums fp32, so results agree
+// with k_mla_attn to fp32 rounding in another summation order.
+extern "C" __global__ __launch_bounds__(256) void k_mla_attn_tc(float *z, const u16 *lat, const int *rows,
+								const int *counts, int t0, int H, int R, int width,
+								float scale, int tps, float *pm, float *pl, float *pacc) {
+	pdl_prologue();
+	extern __shared__ __align__(16) unsigned char shb[];
+	const int RP = R + MLA_TC_PAD;
+	u16 *qs = (u16 *)shb;                        // [3][16][RP]: q̃'s parts hi, mid, lo
+	u16 *ls = qs + 3 * MLA_TC_HG * RP;           // [2][32][RP]: latent tiles
+	float *sp = (float *)(ls + 2 * MLA_PS * RP); // [8][16][32]: the warps' partial scores
+	float *ps = sp + 8 * MLA_TC_HG * MLA_PS;     // [16][33]: this tile's probabilities
+	float *corr = ps + MLA_TC_HG * (MLA_PS + 1), *ms = corr + MLA_TC_HG, *lsum = ms + MLA_TC_HG;
+	int *idx = (int *)(lsum + MLA_TC_HG); // [2][32]
+	const int tr = blockIdx.x, t = t0 + tr, h0 = blockIdx.y * MLA_TC_HG, ng = min(MLA_TC_HG, H - h0);
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+	float *zr = z + ((i64)tr * H + h0) * R;
+	const int *rr = rows + (i64)t * width;
+	const int sBeg = pacc == NULL ? 0 : blockIdx.z * tps * MLA_PS;
+	const int n = pacc == NULL ? counts[t] : min(counts[t], sBeg + tps * MLA_PS);
+	const int r8 = R >> 3;
+	// Tile s0 into buffer st: 16-byte copies, zeros for rows past n.
+	auto load = [&](int st, int s0) {
+		u16 *dst = ls + st * MLA_PS * RP;
+		for (int e = tid; e < MLA_PS * r8; e += blockDim.x) {
+			const int s = e / r8, c = 8 * (e - s * r8);
+			const int row = s0 + s < n ? rr[s0 + s] : -1;
+			cp_async16(dst + s * RP + c, row >= 0 ? lat + (i64)row * R + c : lat, row >= 0 ? 16 : 0);
+		}
+		if (tid < MLA_PS) {
+			idx[st * MLA_PS + tid] = s0 + tid < n ? rr[s0 + tid] : -1;
+		}
+	};
+	if (sBeg < n) {
+		load(0, sBeg);
+	}
+	cp_async_commit();
+	// q̃'s parts; heads past ng are zeros.
+	for (int e = tid; e < MLA_TC_HG * R / 2; e += blockDim.x) {
+		const int h = e / (R / 2), c = 2 * (e - h * (R / 2));
+		float2 v = make_float2(0.0f, 0.0f);
+		if (h < ng) {
+			v = *(const float2 *)(zr + (i64)h * R + c);
+		}
+		u32 p0, p1, p2;
+		split3x2(v.x, v.y, p0, p1, p2);
+		*(u32 *)(qs + h * RP + c) = p0;
+		*(u32 *)(qs + (MLA_TC_HG + h) * RP + c) = p1;
+		*(u32 *)(qs + (2 * MLA_TC_HG + h) * RP + c) = p2;
+	}
+	if (tid < MLA_TC_HG) {
+		ms[tid] = neg_inf();
+		lsum[tid] = 0;
+	}
+	const int wc = warp * (R / 8); // this warp's latent columns: [wc, wc + R/8)
+	const int NT = R / 64;         // its 8-column MMA tiles
+	float acc[MLA_TC_NT][4];
+#pragma unroll
+	for (int j = 0; j < MLA_TC_NT; j++) {
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			acc[j][i] = 0.0f;
+		}
+	}
+	for (int s0 = sBeg, it = 0; s0 < n; s0 += MLA_PS, it++) {
+		const int st = it & 1;
+		__syncthreads(); // the previous tile's buffers have been used
+		if (s0 + MLA_PS < n) {
+			load(st ^ 1, s0 + MLA_PS);
+		}
+		cp_async_commit();
+		cp_async_wait1(); // this tile's copies (this thread's) are done
+		__syncthreads();
+		const u16 *lt = ls + st * MLA_PS * RP;
+		// Partial scores over this warp's columns: 4 MMA tiles of 8 latents.
+		float sacc[4][4];
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				sacc[j][i] = 0.0f;
+			}
+		}
+		for (int k = wc; k < wc + R / 8; k += 16) {
+#pragma unroll
+			for (int p = 2; p >= 0; p--) { // smallest part first
+				u32 a0, a1, a2, a3;
+				ldsm_x4(qs + (p * MLA_TC_HG + (lane & 15)) * RP + k + 8 * (lane >> 4), a0, a1, a2, a3);
+#pragma unroll
+				for (int j = 0; j < 4; j++) {
+					const u16 *b = lt + (8 * j + g) * RP + k + 2 * q;
+					mma_bf16(sacc[j], a0, a1, a2, a3, *(const u32 *)b, *(const u32 *)(b + 8));
+				}
+			}
+		}
+		// sacc[j]: heads g, g+8 x latents 8j + 2q, 8j + 2q + 1.
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			float *o = sp + warp * MLA_TC_HG * MLA_PS + 8 * j + 2 * q;
+			o[g * MLA_PS] = sacc[j][0];
+			o[g * MLA_PS + 1] = sacc[j][1];
+			o[(g + 8) * MLA_PS] = sacc[j][2];
+			o[(g + 8) * MLA_PS + 1] = sacc[j][3];
+		}
+		__syncthreads();
+		// Online softmax, as k_mla_attn: warp w takes heads 2w and 2w+1.
+#pragma unroll
+		for (int hh = 0; hh < 2; hh++) {
+			const int h = 2 * warp + hh;
+			float d = 0;
+#pragma unroll
+			for (int w = 0; w < 8; w++) {
+				d += sp[(w * MLA_TC_HG + h) * MLA_PS + lane];
+			}
+			mla_softmax_step(d * scale, idx[st * MLA_PS + lane] < 0, h, lane, ps, corr, ms, lsum);
+		}
+		__syncthreads();
+		// acc = acc * corr + p · latents over this warp's columns.
+		const float c0 = corr[g], c1 = corr[g + 8];
+#pragma unroll
+		for (int j = 0; j < MLA_TC_NT; j++) {
+			if (j < NT) {
+				acc[j][0] *= c0;
+				acc[j][1] *= c0;
+				acc[j][2] *= c1;
+				acc[j][3] *= c1;
+			}
+		}
+#pragma unroll
+		for (int kk = 0; kk < MLA_PS; kk += 16) {
+			const float *pa = ps + g * (MLA_PS + 1) + kk + 2 * q, *pb = pa + 8 * (MLA_PS + 1);
+			u32 a[3][4];
+			split3x2(pa[0], pa[1], a[0][0], a[1][0], a[2][0]);
+			split3x2(pb[0], pb[1], a[0][1], a[1][1], a[2][1]);
+			split3x2(pa[8], pa[9], a[0][2], a[1][2], a[2][2]);
+			split3x2(pb[8], pb[9], a[0][3], a[1][3], a[2][3]);
+#pragma unroll
+			for (int j = 0; j < MLA_TC_NT; j++) {
+				if (j < NT) {
+					u32 b0, b1;
+					ldsm_x2_trans(lt + (kk + (lane & 15)) * RP + wc + 8 * j, b0, b1);
+#pragma unroll
+					for (int p = 2; p >= 0; p--) {
+						mma_bf16(acc[j], a[p][0], a[p][1], a[p][2], a[p][3], b0, b1);
+					}
+				}
+			}
+		}
+	}
+	__syncthreads();
+	// acc[j]: heads g, g+8 x latent columns wc + 8j + 2q, + 1.
+	const bool split = pacc != NULL;
+	const i64 pr = split ? ((i64)blockIdx.z * gridDim.x + tr) * H + h0 : 0;
+	if (split && tid < ng) {
+		pm[pr + tid] = ms[tid];
+		pl[pr + tid] = lsum[tid];
+	}
+#pragma unroll
+	for (int hh = 0; hh < 2; hh++) {
+		const int h = g + 8 * hh;
+		if (h >= ng) {
+			continue;
+		}
+		const float l = lsum[h];
+		const float inv = l > 0 ? (float)(1.0 / (double)l) : 0.0f;
+#pragma unroll
+		for (int j = 0; j < MLA_TC_NT; j++) {
+			if (j < NT) {
+				const int r = wc + 8 * j + 2 * q;
+				const float v0 = acc[j][2 * hh], v1 = acc[j][2 * hh + 1];
+				if (split) {
+					pacc[(pr + h) * R + r] = v0;
+					pacc[(pr + h) * R + r + 1] = v1;
+				} else {
+					zr[(i64)h * R + r] = l > 0 ? v0 * inv : 0.0f;
+					zr[(i64)h * R + r + 1] = l > 0 ? v1 * inv : 0.0f;
 				}
 			}
 		}

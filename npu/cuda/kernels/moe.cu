@@ -173,141 +173,181 @@ extern "C" __global__ __launch_bounds__(256) void k_moe_gemm_f(float *C, const f
 	}
 }
 
-#define MOE_TK 32 // K step of the tensor-core GEMM
+#define MOE_TK 64 // K step of the tensor-core GEMM (a multiple of 32)
 #define MOE_TP 8  // row padding (bf16 elements) of its shared tiles
+#define MOE_TBN 128 // output columns of a tensor-core GEMM block (moeTCBN in moe.go)
 
-// mma_bf16 is one m16n8k16 tensor-core MMA, bf16 inputs, fp32 accumulate.
-__device__ __forceinline__ void mma_bf16(float *c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-		     "{%0,%1,%2,%3};"
-		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+// gemm_tc_tile is a block's piece of a tensor-core GEMM with BF16
+// weights: C[r, n] = Σ_k A[a(r), k] W[n, k] for rows r0 <= r < r1 (at most
+// 64) and columns n0 <= n < min(N, n0 + MOE_TBN), a(r) = tok[r] when tok
+// != 0; A rows lda floats apart, C rows ldc, W rows K. The fp32 A rows are
+// split into three bf16 parts (hi = bf16(a), mid = bf16(a - hi), lo =
+// bf16(a - hi - mid): 24 bits of a, all of an fp32 mantissa, split3x2)
+// and C = lo·Wᵀ + mid·Wᵀ + hi·Wᵀ with fp32 accumulation, so results agree
+// with fp32 FMAs to fp32 rounding. 256 threads = 8 warps, each a 32x32
+// piece (2x4 m16n8k16 tiles); K in steps of MOE_TK (64), the next step's A and W
+// loaded into registers while this one's MMAs run. vec (host-checked: K %
+// 8 == 0, lda % 4 == 0, A and W 16-byte aligned) loads 8 elements at a
+// time.
+__device__ __forceinline__ void gemm_tc_tile(float *C, i64 ldc, const float *A, i64 lda, const int *tok,
+					     const u16 *W, int N, int K, int r0, int r1, int n0, int vec) {
+	__shared__ __align__(16) u16 As[3][MOE_BM][MOE_TK + MOE_TP];
+	__shared__ __align__(16) u16 Bs[MOE_TBN][MOE_TK + MOE_TP];
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
+	const int g = lane >> 2, q = lane & 3;
+	// Loader roles: A, MOE_TK/32 runs of 8 consecutive k of row tid/4 (32
+	// apart); W, MOE_TK/2 consecutive k of row tid/2.
+	constexpr int AR = MOE_TK / 32, WV = MOE_TK / 16;
+	const int lr = tid >> 2, lk = (tid & 3) * 8;
+	const int ar = r0 + lr;
+	const bool aok = ar < r1;
+	const i64 arow = aok ? (i64)(tok ? tok[ar] : ar) * lda : 0;
+	const int br = tid >> 1, bk = (tid & 1) * (MOE_TK / 2);
+	const int bn = n0 + br;
+	const bool bok = bn < N;
+	const u16 *wrow = W + (i64)(bok ? bn : 0) * K;
+	float a[8 * AR];
+	u16 w[8 * WV];
+	// fetch loads step k0's A and W pieces of this thread into a and w.
+	auto fetch = [&](int k0) {
+#pragma unroll
+		for (int s = 0; s < AR; s++) {
+			const int ka = k0 + lk + 32 * s;
+			float *as = a + 8 * s;
+			if (vec && ka + 8 <= K && aok) {
+				const float4 x0 = *(const float4 *)(A + arow + ka), x1 = *(const float4 *)(A + arow + ka + 4);
+				as[0] = x0.x, as[1] = x0.y, as[2] = x0.z, as[3] = x0.w, as[4] = x1.x, as[5] = x1.y, as[6] = x1.z, as[7] = x1.w;
+			} else {
+#pragma unroll
+				for (int i = 0; i < 8; i++) {
+					as[i] = (aok && ka + i < K) ? A[arow + ka + i] : 0.0f;
+				}
+			}
+		}
+#pragma unroll
+		for (int h = 0; h < WV; h++) {
+			const int k = k0 + bk + 8 * h;
+			if (vec && k + 8 <= K && bok) {
+				const uint4 v = *(const uint4 *)(wrow + k);
+				const u32 vv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					w[8 * h + 2 * i] = (u16)(vv[i] & 0xffffu);
+					w[8 * h + 2 * i + 1] = (u16)(vv[i] >> 16);
+				}
+			} else {
+#pragma unroll
+				for (int i = 0; i < 8; i++) {
+					w[8 * h + i] = (bok && k + i < K) ? wrow[k + i] : (u16)0;
+				}
+			}
+		}
+	};
+	float acc[2][4][4];
+#pragma unroll
+	for (int m = 0; m < 2; m++) {
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				acc[m][j][i] = 0.0f;
+			}
+		}
+	}
+	fetch(0);
+	for (int k0 = 0; k0 < K; k0 += MOE_TK) {
+#pragma unroll
+		for (int i = 0; i < 8 * AR; i += 2) {
+			const int c = lk + 32 * (i >> 3) + (i & 7);
+			u32 hi, mid, lo;
+			split3x2(a[i], a[i + 1], hi, mid, lo);
+			*(u32 *)&As[0][lr][c] = hi;
+			*(u32 *)&As[1][lr][c] = mid;
+			*(u32 *)&As[2][lr][c] = lo;
+		}
+#pragma unroll
+		for (int i = 0; i < 8 * WV; i += 2) {
+			*(u32 *)&Bs[br][bk + i] = (u32)w[i] | (u32)w[i + 1] << 16;
+		}
+		__syncthreads();
+		if (k0 + MOE_TK < K) {
+			fetch(k0 + MOE_TK); // in flight during this step's MMAs
+		}
+#pragma unroll
+		for (int kk = 0; kk < MOE_TK; kk += 16) {
+			const int c0 = kk + 2 * q;
+			u32 b[4][2];
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				const int nn = wn + 8 * j + g;
+				b[j][0] = *(const u32 *)&Bs[nn][c0];
+				b[j][1] = *(const u32 *)&Bs[nn][c0 + 8];
+			}
+#pragma unroll
+			for (int p = 2; p >= 0; p--) { // smallest part first
+#pragma unroll
+				for (int m = 0; m < 2; m++) {
+					u32 a0, a1, a2, a3;
+					ldsm_x4(&As[p][wm + 16 * m + (lane & 15)][kk + 8 * (lane >> 4)], a0, a1, a2, a3);
+#pragma unroll
+					for (int j = 0; j < 4; j++) {
+						mma_bf16(acc[m][j], a0, a1, a2, a3, b[j][0], b[j][1]);
+					}
+				}
+			}
+		}
+		__syncthreads();
+	}
+#pragma unroll
+	for (int m = 0; m < 2; m++) {
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			const int n = n0 + wn + 8 * j + 2 * q;
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				const int r = r0 + wm + 16 * m + g + 8 * h;
+				if (r < r1) {
+					if (n < N) {
+						C[(i64)r * ldc + n] = acc[m][j][2 * h];
+					}
+					if (n + 1 < N) {
+						C[(i64)r * ldc + n + 1] = acc[m][j][2 * h + 1];
+					}
+				}
+			}
+		}
+	}
 }
 
-// k_moe_gemm_tc is k_moe_gemm_f for BF16 weights on the tensor cores: the
-// fp32 A rows are split into three bf16 parts (hi = bf16(a), mid =
-// bf16(a - hi), lo = bf16(a - hi - mid): 24 bits of a, all of an fp32
-// mantissa) and C = lo·Wᵀ + mid·Wᵀ + hi·Wᵀ with fp32 accumulation, so
-// results agree with the fp32 CUDA-core form to fp32 rounding. Same tiles
-// and addressing as k_moe_gemm_f; 256 threads = 8 warps, each a 16x32
-// piece of the 64x64 block tile; K in steps of 32. vec (host-checked: K %
-// 8 == 0, A and W 16-byte aligned) loads 8 elements at a time.
+
+// k_moe_gemm_tc is k_moe_gemm_f for BF16 weights on the tensor cores
+// (gemm_tc_tile): grid (ceil(N/MOE_TBN), routing tiles), 256 threads.
 extern "C" __global__ __launch_bounds__(256) void k_moe_gemm_tc(float *C, const float *A, const int *tok,
 								const u16 *W, const int *tiles, const int *ntiles,
 								const int *off, int M, int N, int K, int vec) {
 	pdl_prologue();
-	__shared__ __align__(16) u16 As[3][MOE_BM][MOE_TK + MOE_TP];
-	__shared__ __align__(16) u16 Bs[MOE_BN][MOE_TK + MOE_TP];
 	int e, r0, r1;
 	if (!moe_tile(tiles, ntiles, off, M, MOE_BM, e, r0, r1)) {
 		return;
 	}
-	const int n0 = blockIdx.x * MOE_BN;
-	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-	const int wm = (warp & 3) * 16, wn = (warp >> 2) * 32;
-	const int g = lane >> 2, q = lane & 3;
-	const i64 wbase = (i64)e * N * K;
-	// Loader roles: 8 consecutive k of one row of each tile per thread.
-	const int lr = tid >> 2, lk = (tid & 3) * 8;
-	const int ar = r0 + lr;
-	const bool aok = ar < r1;
-	const i64 arow = aok ? (i64)(tok ? tok[ar] : ar) * K : 0;
-	const int bn = n0 + lr;
-	const bool bok = bn < N;
-	float acc[4][4];
-#pragma unroll
-	for (int j = 0; j < 4; j++) {
-#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			acc[j][i] = 0.0f;
-		}
-	}
-	for (int k0 = 0; k0 < K; k0 += MOE_TK) {
-		const int kb = k0 + lk;
-		float a[8];
-		u16 w[8];
-		if (vec && kb + 8 <= K) {
-			if (aok) {
-				const float4 x0 = *(const float4 *)(A + arow + kb), x1 = *(const float4 *)(A + arow + kb + 4);
-				a[0] = x0.x, a[1] = x0.y, a[2] = x0.z, a[3] = x0.w, a[4] = x1.x, a[5] = x1.y, a[6] = x1.z, a[7] = x1.w;
-			} else {
-#pragma unroll
-				for (int i = 0; i < 8; i++) {
-					a[i] = 0.0f;
-				}
-			}
-			if (bok) {
-				const uint4 v = *(const uint4 *)(W + wbase + (i64)bn * K + kb);
-				const u32 vv[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-				for (int i = 0; i < 4; i++) {
-					w[2 * i] = (u16)(vv[i] & 0xffffu);
-					w[2 * i + 1] = (u16)(vv[i] >> 16);
-				}
-			} else {
-#pragma unroll
-				for (int i = 0; i < 8; i++) {
-					w[i] = 0;
-				}
-			}
-		} else {
-#pragma unroll
-			for (int i = 0; i < 8; i++) {
-				const int k = kb + i;
-				a[i] = (aok && k < K) ? A[arow + k] : 0.0f;
-				w[i] = (bok && k < K) ? W[wbase + (i64)bn * K + k] : (u16)0;
-			}
-		}
-#pragma unroll
-		for (int i = 0; i < 8; i++) {
-			const u16 hi = f32_to_bf16(a[i]);
-			const float r1f = a[i] - bf16_to_f32(hi);
-			const u16 mid = f32_to_bf16(r1f);
-			As[0][lr][lk + i] = hi;
-			As[1][lr][lk + i] = mid;
-			As[2][lr][lk + i] = f32_to_bf16(r1f - bf16_to_f32(mid));
-			Bs[lr][lk + i] = w[i];
-		}
-		__syncthreads();
-#pragma unroll
-		for (int kk = 0; kk < MOE_TK; kk += 16) {
-			const int c0 = kk + 2 * q;
-			u32 fa[3][4];
-#pragma unroll
-			for (int p = 2; p >= 0; p--) {
-				fa[p][0] = *(const u32 *)&As[p][wm + g][c0];
-				fa[p][1] = *(const u32 *)&As[p][wm + g + 8][c0];
-				fa[p][2] = *(const u32 *)&As[p][wm + g][c0 + 8];
-				fa[p][3] = *(const u32 *)&As[p][wm + g + 8][c0 + 8];
-			}
-#pragma unroll
-			for (int j = 0; j < 4; j++) {
-				const int nn = wn + 8 * j + g;
-				const u32 b0 = *(const u32 *)&Bs[nn][c0], b1 = *(const u32 *)&Bs[nn][c0 + 8];
-#pragma unroll
-				for (int p = 2; p >= 0; p--) { // smallest part first
-					mma_bf16(acc[j], fa[p][0], fa[p][1], fa[p][2], fa[p][3], b0, b1);
-				}
-			}
-		}
-		__syncthreads();
-	}
-#pragma unroll
-	for (int j = 0; j < 4; j++) {
-		const int n = n0 + wn + 8 * j + 2 * q;
-#pragma unroll
-		for (int h = 0; h < 2; h++) {
-			const int r = r0 + wm + g + 8 * h;
-			if (r < r1) {
-				if (n < N) {
-					C[(i64)r * N + n] = acc[j][2 * h];
-				}
-				if (n + 1 < N) {
-					C[(i64)r * N + n + 1] = acc[j][2 * h + 1];
-				}
-			}
-		}
-	}
+	gemm_tc_tile(C, N, A, K, tok, W + (i64)e * N * K, N, K, r0, r1, blockIdx.x * MOE_TBN, vec);
+}
+
+// k_gemm_tc_strided is a strided batch of dense tensor-core GEMMs
+// (gemm_tc_tile): for batch b = blockIdx.z, C_b[r, n] = Σ_k A_b[r, k]
+// W_b[n, k] with A_b = A + b sa (rows lda apart), W_b = W + b sw (rows K
+// apart) and C_b = C + b sc (rows ldc apart), r < M, n < N. Grid
+// (ceil(N/MOE_TBN), ceil(M/64), batches), 256 threads. SparseMLA's output
+// projection at prefill: one batch per head.
+extern "C" __global__ __launch_bounds__(256) void k_gemm_tc_strided(float *C, i64 ldc, i64 sc, const float *A, i64 lda,
+								    i64 sa, const u16 *W, i64 sw, int M, int N, int K,
+								    int vec) {
+	pdl_prologue();
+	const i64 z = blockIdx.z;
+	const int r0 = blockIdx.y * MOE_BM;
+	gemm_tc_tile(C + z * sc, ldc, A + z * sa, lda, 0, W + z * sw, N, K, r0, min(M, r0 + MOE_BM), blockIdx.x * MOE_TBN,
+		     vec);
 }
 
 // decode8 widens 8 consecutive weights starting at element i (i % 8 == 0,
@@ -465,30 +505,6 @@ extern "C" __global__ void k_moe_combine(float *out, const float *y, const float
 #define GEMV_U 4     // 32-wide k blocks in flight per warp (gemvU in moe.go)
 #define GEMV_MAXW 16 // warps per block at most (gemvMaxW in moe.go)
 
-// bf2 rounds a and b to bf16 (nearest even; a NaN stays a NaN) packed as
-// a | b << 16, an MMA operand register.
-__device__ __forceinline__ u32 bf2(float a, float b) {
-	u32 d;
-	asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(b), "f"(a));
-	return d;
-}
-
-__device__ __forceinline__ float bf2_lo(u32 v) { return __uint_as_float(v << 16); }
-__device__ __forceinline__ float bf2_hi(u32 v) { return __uint_as_float(v & 0xffff0000u); }
-
-// split3x2 writes the pair (a, b) as three packed bf16 pairs with a =
-// hi + mid + lo to 24 bits (all of an fp32 mantissa, as k_moe_gemm_tc
-// splits), likewise b. A non-finite value is carried by hi alone (its
-// remainder, NaN, is replaced by 0), so an infinity stays one.
-__device__ __forceinline__ void split3x2(float a, float b, u32 &hi, u32 &mid, u32 &lo) {
-	hi = bf2(a, b);
-	float ra = a - bf2_lo(hi), rb = b - bf2_hi(hi);
-	ra = ra == ra ? ra : 0.0f;
-	rb = rb == rb ? rb : 0.0f;
-	mid = bf2(ra, rb);
-	lo = bf2(ra - bf2_lo(mid), rb - bf2_hi(mid));
-}
-
 // ld_stream loads 16 weight bytes that are read once: not kept in L1, so
 // the activation rows stay there.
 __device__ __forceinline__ uint4 ld_stream(const u16 *p) {
@@ -497,6 +513,25 @@ __device__ __forceinline__ uint4 ld_stream(const u16 *p) {
 	    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
 	    : "l"(p));
 	return v;
+}
+
+// gemv_rows points lane (g, q) of gemv_tc at its two weight rows, n0 + g
+// and n0 + g + 8 of expert e (rows past N read row N-1; their sums are not
+// stored), 8q into the row.
+__device__ __forceinline__ void gemv_rows(const u16 *W, int e, int N, int K, const u16 *&wa, const u16 *&wb) {
+	const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+	const int n0 = blockIdx.x * 16;
+	wa = W + ((i64)e * N + min(n0 + g, N - 1)) * K + 8 * q;
+	wb = W + ((i64)e * N + min(n0 + g + 8, N - 1)) * K + 8 * q;
+}
+
+// gemv_krange is block z's range [kbLo, kbHi) of 32-wide k blocks: all of
+// K unless the host split K over gridDim.z.
+__device__ __forceinline__ void gemv_krange(int K, int &kbLo, int &kbHi) {
+	const int nkb = (K + 31) / 32, ks = gridDim.z;
+	const int kps = (nkb + ks - 1) / ks;
+	kbLo = blockIdx.z * kps;
+	kbHi = min(nkb, kbLo + kps);
 }
 
 // gemv_tc is k_gemv_tc (R = 1: passes of 8 rows) and k_gemv_tc16 (R =
@@ -533,17 +568,15 @@ __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, co
 	const int g = lane >> 2, q = lane & 3;
 	const int n0 = blockIdx.x * 16;
 	const int na = n0 + g, nb = n0 + g + 8;
-	// Rows past N read row N-1 (their sums are not stored).
-	const u16 *wa = W + ((i64)e * N + min(na, N - 1)) * K + 8 * q;
-	const u16 *wb = W + ((i64)e * N + min(nb, N - 1)) * K + 8 * q;
-	const int nkb = (K + 31) / 32;
+	const u16 *wa, *wb;
+	gemv_rows(W, e, N, K, wa, wb);
 	// Split K (dense, one pass of at most MT rows, host-chosen): block z
 	// takes k blocks [kbLo, kbHi) and stores its partial sums in part
 	// [gridDim.z, M, N]; the last block of a column tile to finish adds
 	// them in z order (below).
 	const int ks = gridDim.z;
-	const int kps = (nkb + ks - 1) / ks;
-	const int kbLo = blockIdx.z * kps, kbHi = min(nkb, kbLo + kps);
+	int kbLo, kbHi;
+	gemv_krange(K, kbLo, kbHi);
 	float *dst = ks > 1 ? part + (i64)blockIdx.z * M * N : C;
 	for (int m0 = r0; m0 < r1; m0 += MT) {
 		const int mt = min(MT, r1 - m0);
