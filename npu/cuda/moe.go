@@ -23,8 +23,8 @@ import (
 //
 // The grouped GEMMs accumulate in fp32 in a fixed order along k,
 // widening 16-bit weights in registers, so a row's result depends only on
-// its input and its expert. Two forms: a tiled kernel (64x64 tiles) for
-// prefill, and, when the experts average few rows (decode), one that
+// its input and its expert. Two forms: a tiled kernel (64x64 tiles,
+// 64x128 on the tensor cores) for prefill, and, when the experts average few rows (decode), one that
 // reads each weight once per 8 rows at memory speed: k_gemv_tc for
 // BF16 experts (tensor-core MMAs on the activations split in three bf16
 // parts, fp32 accumulation), the warp-per-column k_moe_gemv_f (fp32
