@@ -49,7 +49,7 @@ type Backend struct {
 	ltWS      uint64  // its workspace
 	ltWSBytes int
 	plans     map[planKey]uintptr
-	noPlan    map[planKey]error // shapes cuBLASLt has no algorithm for (FP8 block scaling)
+	noPlan    map[planKey]error // shapes cuBLASLt has no algorithm for (cachedPlan)
 	fp8TCRuns int               // FP8_BLOCK128 GEMMs run on tensor cores (tests read it)
 
 	errWord  uint64 // device int32[4]: code, op, value (report in common.cuh)

@@ -87,7 +87,7 @@ func (b *Backend) fp8TensorCore(out, x uint64, p *qdev, M int) int {
 	buf := b.temp(qBytes + 4*mt*kb)
 	defer b.freeBuf(buf)
 	q, sc := buf.ptr, buf.ptr+uint64(qBytes)
-	for _, dt := range []int{cudaR32F, cudaR16BF} {
+	for _, dt := range fp8DTypes {
 		plan, err := b.fp8Plan(mt, N, K, dt, p.w, q, out, p.scale, sc)
 		if err != nil {
 			continue
@@ -118,15 +118,23 @@ func (b *Backend) fp8TensorCore(out, x uint64, p *qdev, M int) int {
 	return 0
 }
 
+// fp8DTypes are the D types an FP8_BLOCK128 GEMM is planned with, in
+// order of preference (bf16 is converted to fp32 afterwards).
+var fp8DTypes = [...]int{cudaR32F, cudaR16BF}
+
+// fp8Key is the plan key of an FP8_BLOCK128 GEMM with D of type dt.
+func fp8Key(M, N, K, dt int, w, x, out uint64) planKey {
+	return planKey{m: M, n: N, k: K, abType: cudaR8FE4M3, align: alignment(w, x, out), dType: dt, scaled: true}
+}
+
 // fp8NoPlan reports whether cuBLASLt has already answered that it has no
 // FP8_BLOCK128 algorithm for this shape with either D type, so that
 // fp8TensorCore falls back without allocating its scratch. The key
 // assumes that scratch is 256-byte aligned (device allocations are);
 // were it not, the check would miss and the plan lookup would answer.
 func (b *Backend) fp8NoPlan(M, N, K int, w, out uint64) bool {
-	for _, dt := range []int{cudaR32F, cudaR16BF} {
-		key := planKey{m: M, n: N, k: K, abType: cudaR8FE4M3, align: alignment(w, 0, out), dType: dt, scaled: true}
-		if _, ok := b.noPlan[key]; !ok {
+	for _, dt := range fp8DTypes {
+		if _, ok := b.noPlan[fp8Key(M, N, K, dt, w, 0, out)]; !ok {
 			return false
 		}
 	}
@@ -136,23 +144,8 @@ func (b *Backend) fp8NoPlan(M, N, K int, w, out uint64) bool {
 // fp8Plan is the cuBLASLt plan of an FP8_BLOCK128 GEMM with D of type dt
 // (cached, as is cuBLASLt's answer that it has none).
 func (b *Backend) fp8Plan(M, N, K, dt int, w, x, out, wScale, xScale uint64) (uintptr, error) {
-	key := planKey{m: M, n: N, k: K, abType: cudaR8FE4M3, align: alignment(w, x, out), dType: dt, scaled: true}
-	if plan, ok := b.plans[key]; ok {
-		return plan, nil
-	}
-	if err, ok := b.noPlan[key]; ok {
-		return 0, err
-	}
-	plan, err := ltPlanCreate(b.ctx, b.lt, true, false, N, M, K, cudaR8FE4M3, dt, K, K, N, key.align, b.ltWSBytes, scaleBlk128F32, scaleVec128F32, wScale, xScale)
-	if err != nil {
-		if len(b.noPlan) < maxPlans {
-			b.noPlan[key] = err
-		}
-		return 0, err
-	}
-	if len(b.plans) >= maxPlans && !b.capturing {
-		b.dropPlans()
-	}
-	b.plans[key] = plan
-	return plan, nil
+	key := fp8Key(M, N, K, dt, w, x, out)
+	return b.cachedPlan(key, func() (uintptr, error) {
+		return ltPlanCreate(b.ctx, b.lt, true, false, N, M, K, cudaR8FE4M3, dt, K, K, N, key.align, b.ltWSBytes, scaleBlk128F32, scaleVec128F32, wScale, xScale)
+	})
 }

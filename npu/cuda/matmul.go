@@ -158,15 +158,35 @@ func alignment(ptrs ...uint64) int {
 // terms D[N,M] = op(A)[N,K] · B[K,M] with A = w transposed.
 func (b *Backend) ltPlan(abType, M, N, K int, w, x, out uint64) (uintptr, error) {
 	key := planKey{m: M, n: N, k: K, abType: abType, align: alignment(w, x, out)}
+	plan, err := b.cachedPlan(key, func() (uintptr, error) {
+		return ltPlanCreate(b.ctx, b.lt, true, false, N, M, K, abType, cudaR32F, K, K, N, key.align, b.ltWSBytes, scaleNone, scaleNone, 0, 0)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("cuda: MatMul [%d,%d]x[%d,%d]^T: %w", M, K, N, K, err)
+	}
+	return plan, nil
+}
+
+// cachedPlan returns key's plan from the cache, or cuBLASLt's cached
+// answer that it has none, else makes it with create and caches either
+// (noPlan stops growing at maxPlans). A full plan cache is emptied first,
+// except during a capture, which cannot wait for the stream.
+func (b *Backend) cachedPlan(key planKey, create func() (uintptr, error)) (uintptr, error) {
 	if plan, ok := b.plans[key]; ok {
 		return plan, nil
 	}
-	if len(b.plans) >= maxPlans && !b.capturing { // a capture cannot wait: the cache grows instead
+	if err, ok := b.noPlan[key]; ok {
+		return 0, err
+	}
+	if len(b.plans) >= maxPlans && !b.capturing {
 		b.dropPlans()
 	}
-	plan, err := ltPlanCreate(b.ctx, b.lt, true, false, N, M, K, abType, cudaR32F, K, K, N, key.align, b.ltWSBytes, scaleNone, scaleNone, 0, 0)
+	plan, err := create()
 	if err != nil {
-		return 0, fmt.Errorf("cuda: MatMul [%d,%d]x[%d,%d]^T: %w", M, K, N, K, err)
+		if len(b.noPlan) < maxPlans {
+			b.noPlan[key] = err
+		}
+		return 0, err
 	}
 	b.plans[key] = plan
 	return plan, nil

@@ -155,6 +155,12 @@ func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Seq
 	wave := max(1, min(T, mlaWaveBuf/(4*H*R)))
 	z := b.temp(4 * wave * H * R)
 	wdt, ldt := pI32(dtypeCode(kvB.DType())), pI32(dtypeCode(latents.DType()))
+	// The attention kernel and its heads per block, the same for every wave.
+	tc := mlaAttnTCFits(latents.DType(), R, b.ptr(latents), z.ptr, lim)
+	hgw := hg
+	if tc {
+		hgw = mlaTCHeads
+	}
 	for t0 := 0; t0 < T; t0 += wave {
 		n := min(wave, T-t0)
 		tiles := (n + mlaQT - 1) / mlaQT
@@ -169,11 +175,6 @@ func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Seq
 		} else {
 			b.launchShared("k_mla_qlat", dim3{uint32(tiles), uint32(H), uint32(qz)}, d1(128), 4*mlaQT*dk,
 				z.ptr, b.ptr(q), b.ptr(kvB), wdt, pI32(t0), pI32(n), pI32(H), pI32(dk), pI32(dv), pI32(R))
-		}
-		tc := mlaAttnTCFits(latents.DType(), R, b.ptr(latents), z.ptr, lim)
-		hgw := hg
-		if tc {
-			hgw = mlaTCHeads
 		}
 		groups := (H + hgw - 1) / hgw
 		ptiles := (width + mlaPS - 1) / mlaPS // latent tiles of the widest row

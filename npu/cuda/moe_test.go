@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"regexp"
 	"strconv"
 	"strings"
@@ -289,5 +290,47 @@ func TestKernelsStartWithPDL(t *testing.T) {
 		if got := usePDL(c.major, c.env); got != c.want {
 			t.Errorf("usePDL(%d, %q) = %v", c.major, c.env, got)
 		}
+	}
+}
+
+// TestCachedPlan: a plan is made once and then served from the cache;
+// cuBLASLt's answer that it has none is cached too, until noPlan holds
+// maxPlans answers.
+func TestCachedPlan(t *testing.T) {
+	b := &Backend{plans: map[planKey]uintptr{}, noPlan: map[planKey]error{}}
+	calls := 0
+	ok := func() (uintptr, error) { calls++; return 7, nil }
+	none := errors.New("no algorithm")
+	fail := func() (uintptr, error) { calls++; return 0, none }
+	k1 := planKey{m: 1, n: 2, k: 3, abType: cudaR16BF, align: 256}
+	for range 3 {
+		if p, err := b.cachedPlan(k1, ok); p != 7 || err != nil {
+			t.Fatalf("cachedPlan = %d, %v; want 7, nil", p, err)
+		}
+	}
+	k2 := fp8Key(64, 8, 512, cudaR32F, 256, 0, 256)
+	for range 3 {
+		if _, err := b.cachedPlan(k2, fail); !errors.Is(err, none) {
+			t.Fatalf("cachedPlan of a shape with no algorithm: %v", err)
+		}
+	}
+	if calls != 2 {
+		t.Errorf("create called %d times for two keys asked three times each, want 2", calls)
+	}
+	if b.fp8NoPlan(64, 8, 512, 256, 256) {
+		t.Error("fp8NoPlan with only the fp32 D type refused: want false")
+	}
+	if _, err := b.cachedPlan(fp8Key(64, 8, 512, cudaR16BF, 256, 0, 256), fail); err == nil || !b.fp8NoPlan(64, 8, 512, 256, 256) {
+		t.Error("fp8NoPlan with both D types refused: want true")
+	}
+	for i := len(b.noPlan); i < maxPlans; i++ {
+		b.noPlan[planKey{m: 1000 + i}] = none
+	}
+	calls = 0
+	k3 := planKey{m: 5}
+	b.cachedPlan(k3, fail)
+	b.cachedPlan(k3, fail)
+	if calls != 2 || len(b.noPlan) != maxPlans {
+		t.Errorf("with noPlan full: create called %d times (want 2), noPlan holds %d (want %d)", calls, len(b.noPlan), maxPlans)
 	}
 }

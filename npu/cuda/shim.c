@@ -655,6 +655,17 @@ typedef struct {
 	int scaled; // A and B scale modes set: runs take their scale tensors
 } npu_lt_plan;
 
+// lt_set_scales points a block-scaled descriptor at A's and B's scale
+// tensors.
+static int lt_set_scales(cublasLtMatmulDesc_t op, uint64_t a_scale, uint64_t b_scale) {
+	void *as = P(a_scale), *bs = P(b_scale);
+	int rc = p_cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &as, sizeof(as));
+	if (rc == 0) {
+		rc = p_cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &bs, sizeof(bs));
+	}
+	return rc;
+}
+
 void npu_lt_plan_destroy(uintptr_t plan) {
 	npu_lt_plan *p = (npu_lt_plan *)plan;
 	if (p == NULL) {
@@ -704,12 +715,8 @@ int npu_lt_plan_create(uintptr_t ctx, uintptr_t handle, int transa, int transb, 
 		if (rc == 0) {
 			rc = p_cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bm, sizeof(bm));
 		}
-		void *as = P(a_scale), *bs = P(b_scale);
 		if (rc == 0) {
-			rc = p_cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &as, sizeof(as));
-		}
-		if (rc == 0) {
-			rc = p_cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &bs, sizeof(bs));
+			rc = lt_set_scales(p->op, a_scale, b_scale);
 		}
 	}
 	// Stored shapes: A is m x k (k x m when transposed), B is k x n (n x k).
@@ -766,11 +773,7 @@ int npu_lt_plan_run(uintptr_t ctx, uintptr_t handle, uintptr_t plan, float alpha
 	if (p->scaled) {
 		// The descriptor holds the scale addresses; cublasLtMatmul reads them
 		// when it enqueues (so a captured graph keeps this call's).
-		void *as = P(a_scale), *bs = P(b_scale);
-		int rc = p_cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &as, sizeof(as));
-		if (rc == 0) {
-			rc = p_cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &bs, sizeof(bs));
-		}
+		int rc = lt_set_scales(p->op, a_scale, b_scale);
 		if (rc != 0) {
 			return rc;
 		}
