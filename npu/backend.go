@@ -304,6 +304,19 @@ type Ops interface {
 	MoEQ(out, x *Tensor, gateUp, down *QuantWeight, weights, ids *Tensor, limit float32)
 }
 
+// WeightMarker is implemented by backends that may read weights ahead
+// of the ops before them: MarkWeights is the caller's promise that no op
+// writes these tensors (or views of their buffers) until they are freed,
+// as a model's weights after loading, except for a write that a Sync
+// follows before any other op runs (a test rescaling its weights). The
+// CUDA backend then lets its decode GEMVs load their first weights
+// before waiting on the previous kernel. Backends without it read every
+// operand in stream order; a caller that cannot promise it does not call
+// it.
+type WeightMarker interface {
+	MarkWeights(ts ...*Tensor)
+}
+
 // SampleReducer is implemented by backends that reduce rows of logits on
 // the device to what a greedy sampler needs (engine/sampling's
 // Sampler.Reducible and SampleReduced): the top candidates and two counts

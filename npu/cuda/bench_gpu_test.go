@@ -101,7 +101,7 @@ func TestGPUThroughput(t *testing.T) {
 func TestGPUDecodeGEMV(t *testing.T) {
 	g := newGPUBench(t)
 	b, alloc := g.b, g.alloc
-	defer func() { gemvTC = true }()
+	defer func(e bool) { gemvTC, gemvEarly = true, e }(gemvEarly)
 	copyGBs := g.copyRate()
 	t.Logf("device copy rate %.0f GB/s (read + write)", copyGBs)
 	for _, s := range []struct {
@@ -128,11 +128,16 @@ func TestGPUDecodeGEMV(t *testing.T) {
 		for i := range ws {
 			ws[i] = alloc(npu.BF16, s.N, s.K)
 			b.Fill(ws[i], 0.02)
+			b.MarkWeights(ws[i])
 		}
 		xm, om := alloc(npu.F32, s.M, s.K), alloc(npu.F32, s.M, s.N)
 		b.Fill(xm, 0.01)
-		for _, tc := range []bool{true, false} {
-			gemvTC = tc
+		for _, f := range []struct{ tc, early bool }{{true, false}, {true, true}, {false, false}} {
+			tc := f.tc
+			if f.early && s.M > gemvMaxM {
+				continue
+			}
+			gemvTC, gemvEarly = tc, f.early
 			// Above gemvMaxM MatMul takes cuBLASLt either way; the
 			// gemvTC row calls k_gemv_tc16 itself (passes of 16 rows,
 			// each pass reading the weights again, from L2 where they
@@ -141,16 +146,17 @@ func TestGPUDecodeGEMV(t *testing.T) {
 			i := 0
 			ms := g.timed(max(20, 4*copies), func() {
 				if direct {
-					b.gemvTC(b.ptr(om), b.ptr(xm), 0, b.ptr(ws[i%copies]), nil, s.M, s.N, s.K)
+					b.gemvTC(b.ptr(om), b.ptr(xm), 0, b.ptr(ws[i%copies]), nil, s.M, s.N, s.K, false)
 				} else {
 					b.MatMul(om, xm, ws[i%copies])
 				}
 				i++
 			})
 			gbs := float64(wbytes) / ms / 1e6
-			g.t.Logf("MatMul bf16 %-26s M=%-2d gemvTC=%-5v %8.3f ms  %6.0f GB/s of weights  %.2f of copy",
-				s.name, s.M, tc, ms, gbs, gbs/copyGBs)
+			g.t.Logf("MatMul bf16 %-26s M=%-2d gemvTC=%-5v early=%-5v %8.3f ms  %6.0f GB/s of weights  %.2f of copy",
+				s.name, s.M, tc, f.early, ms, gbs, gbs/copyGBs)
 		}
+		gemvEarly = false
 		if s.M == 1 && s.N <= 4096 {
 			// Warps per block other than gemvWarps' choice (the
 			// 4096-column GEMVs reach the least of the copy rate).
@@ -254,4 +260,38 @@ func (g *gpuBench) report(width int, name string, ms, bytes, flops float64) {
 		line += fmt.Sprintf("  %7.1f TFLOP/s", flops/ms/1e9)
 	}
 	g.t.Log(line)
+}
+
+// TestGPUDecodeHC measures HCPre and HCPost at a decode step's one token
+// of the slice's geometry (4 streams of 4096), fused (k_hc_fused) and in
+// two launches, with the Sinkhorn's 20 iterations and with none (its
+// share of the launch), when NPUSERVE_CUDA_BENCH=1: each runs back to
+// back, so the figures are per-launch latency, not a bandwidth.
+func TestGPUDecodeHC(t *testing.T) {
+	g := newGPUBench(t)
+	b, alloc := g.b, g.alloc
+	defer func() { hcFused = true }()
+	const n, D = 4, 4096
+	mix := (2 + n) * n
+	x, fn := alloc(npu.F32, 1, n, D), alloc(npu.F32, mix, n*D)
+	base, scale := alloc(npu.F32, mix), alloc(npu.F32, 3)
+	collapsed, post, comb := alloc(npu.F32, 1, D), alloc(npu.F32, 1, n), alloc(npu.F32, 1, n, n)
+	out := alloc(npu.F32, 1, n, D)
+	b.Fill(x, 0.5)
+	b.Fill(fn, 0.001)
+	b.Fill(base, 0.1)
+	b.Fill(scale, 1)
+	for _, fused := range []bool{true, false} {
+		for _, iters := range []int{20, 0} {
+			hcFused = fused
+			p := npu.HCParams{Streams: n, SinkhornIters: iters, Eps: 1e-6, RMSEps: 1e-6}
+			ms := g.timed(200, func() { b.HCPre(collapsed, post, comb, x, fn, base, scale, p) })
+			g.t.Logf("HCPre T=1 n=%d D=%d fused=%-5v sinkhorn=%-2d %8.2f µs", n, D, fused, iters, 1000*ms)
+		}
+	}
+	ms := g.timed(200, func() { b.HCPost(out, collapsed, post, comb, x) })
+	g.t.Logf("HCPost T=1 n=%d D=%d %8.2f µs", n, D, 1000*ms)
+	for _, f := range []*npu.Tensor{x, fn, base, scale, collapsed, post, comb, out} {
+		b.Free(f)
+	}
 }

@@ -17,7 +17,7 @@ import (
 
 func TestGPUGEMV(t *testing.T) {
 	h := newBoth(t, 31)
-	defer func() { gemvTC = true }()
+	defer func(e bool) { gemvTC, gemvEarly = true, e }(gemvEarly)
 	for _, c := range []struct {
 		name    string
 		M, N, K int
@@ -47,18 +47,27 @@ func TestGPUGEMV(t *testing.T) {
 	} {
 		x := h.rand(npu.F32, 1, c.M, c.K)
 		w := h.rand(npu.BF16, 0.05, c.N, c.K)
+		h.g.MarkWeights(w.g)
 		o := h.zeros(npu.F32, c.M, c.N)
 		cpuBE.MatMul(o.c, x.c, w.c)
-		for _, tc := range []bool{true, false} {
-			gemvTC = tc
-			name := fmt.Sprintf("MatMul %s M=%d N=%d K=%d gemvTC=%v", c.name, c.M, c.N, c.K, tc)
+		var late []float32
+		for _, f := range []struct{ tc, early bool }{{true, false}, {true, true}, {false, false}} {
+			gemvTC, gemvEarly = f.tc, f.early
+			name := fmt.Sprintf("MatMul %s M=%d N=%d K=%d gemvTC=%v early=%v", c.name, c.M, c.N, c.K, f.tc, f.early)
 			h.g.Fill(o.g, float32(math.NaN())) // every element must be written
 			h.g.MatMul(o.g, x.g, w.g)
 			h.sync()
-			if g, _ := h.floats(o); slices.ContainsFunc(g, func(v float32) bool { return v != v }) {
+			g, _ := h.floats(o)
+			if slices.ContainsFunc(g, func(v float32) bool { return v != v }) {
 				t.Errorf("%s: an element left unwritten (NaN)", name)
 			}
 			h.matmulErr(name, o, x, w, c.M, c.N, c.K, 2e-5)
+			switch {
+			case f.tc && !f.early:
+				late = g
+			case f.early && !slices.Equal(g, late):
+				t.Errorf("%s: the early weight loads changed the result", name)
+			}
 		}
 		h.free(x, w, o)
 	}

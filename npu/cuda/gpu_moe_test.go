@@ -34,12 +34,13 @@ func (h *both) moeIDs(T, k, E int) []int32 {
 type moeCase struct{ T, D, E, I, k int }
 
 var moeCases = []moeCase{
-	{1, 64, 8, 32, 2},    // decode, one token
-	{3, 67, 7, 45, 3},    // odd sizes, several experts without rows
-	{9, 128, 16, 64, 8},  // decode batch
-	{70, 96, 4, 40, 2},   // tiled GEMMs (140 rows > 16*4), an expert with many rows
-	{150, 67, 3, 33, 3},  // tiled, odd K, partial tiles
-	{1100, 64, 5, 24, 2}, // more tokens than one chunk (moeChunk)
+	{1, 64, 8, 32, 2},     // decode, one token
+	{1, 1040, 16, 520, 8}, // one token, K past one batch of dot16_lane's loads (1024) and a partial one
+	{3, 67, 7, 45, 3},     // odd sizes, several experts without rows
+	{9, 128, 16, 64, 8},   // decode batch
+	{70, 96, 4, 40, 2},    // tiled GEMMs (140 rows > 16*4), an expert with many rows
+	{150, 67, 3, 33, 3},   // tiled, odd K, partial tiles
+	{1100, 64, 5, 24, 2},  // more tokens than one chunk (moeChunk)
 }
 
 func TestGPUMoE(t *testing.T) {

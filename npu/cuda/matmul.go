@@ -81,7 +81,7 @@ func (b *Backend) MatMul(out, x, w *npu.Tensor) {
 	case w.DType() == npu.F32:
 		b.gemmOrFail(cudaR32F, M, N, K, pw, px, po)
 	case useGemvTC(w.DType(), M, N, K, px, pw):
-		b.gemvTC(po, px, 0, pw, nil, M, N, K)
+		b.gemvTC(po, px, 0, pw, nil, M, N, K, gemvEarly && b.dbuf(w).weight)
 	case M <= gemmSmallM:
 		b.gemmSmall(po, px, pw, w.DType(), M, N, K)
 	case w.DType() == npu.BF16 && SplitBF16 && b.splitGemm(M, N, K, pw, px, po):

@@ -8,9 +8,10 @@ import (
 
 // buffer is device memory of one Backend.
 type buffer struct {
-	ptr uint64 // 0 once freed (or for an empty buffer)
-	n   int
-	be  *Backend
+	ptr    uint64 // 0 once freed (or for an empty buffer)
+	n      int
+	be     *Backend
+	weight bool // MarkWeights: no op writes it, so kernels may read it before their PDL wait
 }
 
 // Bytes is the buffer's size.
@@ -217,4 +218,17 @@ func (b *Backend) temp(n int) *buffer {
 		panic(fmt.Sprintf("cuda: scratch of %d bytes: %v", n, err))
 	}
 	return buf
+}
+
+var _ npu.WeightMarker = (*Backend)(nil)
+
+// MarkWeights records that no op writes ts' buffers until they are freed
+// (npu.WeightMarker): MatMul's one-row GEMVs then load their first
+// weights before waiting on the previous kernel (gemvEarly).
+func (b *Backend) MarkWeights(ts ...*npu.Tensor) {
+	for _, t := range ts {
+		if t != nil {
+			b.dbuf(t).weight = true
+		}
+	}
 }

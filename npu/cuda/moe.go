@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"os"
 
 	"github.com/npuserve/npuserve/npu"
 )
@@ -99,7 +100,7 @@ func (b *Backend) gemmF(c, a, tok, w uint64, wdt int, scale uint64, group int, r
 		small, ys, ysSmall = rt.small, rt.maxTiles, min(rt.maxTiles, rt.n) // every tile holds a row
 	}
 	if small && wdt == dtypeCode(npu.BF16) && group == 0 && gemvTC && K%8 == 0 && a%16 == 0 && w%16 == 0 {
-		b.gemvTC(c, a, tok, w, rt, M, N, K)
+		b.gemvTC(c, a, tok, w, rt, M, N, K, false)
 		return
 	}
 	if small {
@@ -129,6 +130,16 @@ func (b *Backend) gemmF(c, a, tok, w uint64, wdt int, scale uint64, group int, r
 // fp32 CUDA-core kernels (k_moe_gemv_f, k_gemm_small and cuBLASLt): for
 // tests and measurements.
 var gemvTC = true
+
+// EnvGemvEarly ("0" turns it off) is gemvEarly's switch.
+const EnvGemvEarly = "NPUSERVE_CUDA_GEMV_EARLY"
+
+// gemvEarly lets the dense k_gemv_tc of weights marked by MarkWeights
+// issue its first group of weight loads before waiting on the previous
+// kernel (programmatic dependent launch), so they overlap that kernel's
+// tail. Only marked weights: a tensor an earlier op might still be
+// writing must be read after the wait. Tests flip it.
+var gemvEarly = os.Getenv(EnvGemvEarly) != "0"
 
 // Shape of k_gemv_tc's work (GEMV_* in kernels/moe.cu): 16 output
 // columns per block, its warps splitting K in 32-wide blocks, GEMV_U of
@@ -167,8 +178,9 @@ func gemvWarps(N, K int) int {
 // passes of gemvPass, the experts averaging few rows at decode) or dense
 // over M rows when rt is nil (k_gemv_tc16, passes of 2*gemvPass, above
 // gemvPass rows). The caller checks K % 8 == 0 and 16-byte alignment of
-// A and W.
-func (b *Backend) gemvTC(c, a, tok, w uint64, rt *moeRoute, M, N, K int) {
+// A and W. early (dense only: MatMul of marked weights, see gemvEarly)
+// lets the kernel load its first weights before its PDL wait.
+func (b *Backend) gemvTC(c, a, tok, w uint64, rt *moeRoute, M, N, K int, early bool) {
 	var off, tiles, ntiles uint64
 	ys := (M + moeBM - 1) / moeBM
 	name := "k_gemv_tc"
@@ -188,12 +200,13 @@ func (b *Backend) gemvTC(c, a, tok, w uint64, rt *moeRoute, M, N, K int) {
 		}
 	}
 	grid := dim3{uint32((N + gemvCols - 1) / gemvCols), uint32(ys), uint32(ks)}
+	pe := pBool(rt == nil && early)
 	if ks == 1 {
-		b.launch(name, grid, d1(32*warps), 0, c, a, tok, w, tiles, ntiles, off, pI32(M), pI32(N), pI32(K), 0, 0)
+		b.launch(name, grid, d1(32*warps), 0, c, a, tok, w, tiles, ntiles, off, pI32(M), pI32(N), pI32(K), 0, 0, pe)
 		return
 	}
 	part := b.temp(4 * ks * M * N)
-	b.launch(name, grid, d1(32*warps), 0, c, a, tok, w, tiles, ntiles, off, pI32(M), pI32(N), pI32(K), part.ptr, b.gemvCnt)
+	b.launch(name, grid, d1(32*warps), 0, c, a, tok, w, tiles, ntiles, off, pI32(M), pI32(N), pI32(K), part.ptr, b.gemvCnt, pe)
 	b.freeBuf(part)
 }
 

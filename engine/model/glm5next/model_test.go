@@ -108,6 +108,11 @@ func testModel(t testing.TB, be npu.Backend, cfg *config.ModelConfig, seed int64
 			boost(ly.moe.gate, 25)
 		}
 	}
+	// The weights were marked read-only (npu.WeightMarker): a Sync orders
+	// these writes before every later read.
+	if err := be.Sync(); err != nil {
+		t.Fatal(err)
+	}
 	return m
 }
 

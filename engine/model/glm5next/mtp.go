@@ -143,6 +143,7 @@ func (m *Model) AddRandomMTP(seed int64) error {
 			}
 		}()
 		m.mtp = a.mtpLayer(&cfg, m.d, form)
+		a.markWeights()
 		return nil
 	}()
 	if err != nil {

@@ -133,7 +133,23 @@ func (a *assembler) assemble(m *Model, form weightForm) (err error) {
 		}
 	}()
 	a.build(m, form)
+	a.markWeights()
 	return nil
+}
+
+// markWeights tells a backend that can use it (npu.WeightMarker) that
+// the tensors the model owns are read-only from now on: no op of the
+// forward writes a weight.
+func (a *assembler) markWeights() {
+	wm, ok := a.be.(npu.WeightMarker)
+	if !ok {
+		return
+	}
+	ts := make([]*npu.Tensor, 0, len(a.owned))
+	for t := range a.owned {
+		ts = append(ts, t)
+	}
+	wm.MarkWeights(ts...)
 }
 
 // free releases a piece that was copied into a bigger tensor.

@@ -190,6 +190,65 @@ __device__ __forceinline__ double warp_sum(double v) {
 	return v;
 }
 
+#define W16_UNROLL 4 // 16-byte weight chunks in flight per lane (dot16_lane)
+
+// dot16_lane is a lane's share of a warp-per-column product over a row w
+// of 16-bit weights (wdt BF16 or F16; nc chunks of 8, K = 8 nc, w and the
+// rows 16-byte aligned): acc[j] += sum over the lane's chunks c = lane,
+// lane + 32, ... (ascending) of ar[j][8c .. 8c+7] . w[8c .. 8c+7], for
+// rows j < mt; warp_sum(acc[j]) is then the column's dot product.
+// W16_UNROLL independent 16-byte weight loads are in flight per lane
+// before their first use: one-row GEMVs are memory-latency bound.
+// k_gemm_small and k_moe_gemv_f share it, so their sums are the same.
+template <int MT>
+__device__ __forceinline__ void dot16_lane(float *acc, const u16 *w, int nc, int wdt, const float *const *ar, int mt,
+					   int lane) {
+	const uint4 *wv = (const uint4 *)w;
+	for (int c0 = lane; c0 < nc; c0 += 32 * W16_UNROLL) {
+		uint4 q[W16_UNROLL];
+#pragma unroll
+		for (int u = 0; u < W16_UNROLL; u++) {
+			uint4 v;
+			v.x = v.y = v.z = v.w = 0u;
+			if (c0 + 32 * u < nc) {
+				v = wv[c0 + 32 * u];
+			}
+			q[u] = v;
+		}
+#pragma unroll
+		for (int u = 0; u < W16_UNROLL; u++) {
+			const int c = c0 + 32 * u;
+			if (c < nc) {
+				float wf[8];
+				const u32 words[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+#pragma unroll
+				for (int h = 0; h < 4; h++) {
+					const u16 lo = (u16)(words[h] & 0xffffu), hi = (u16)(words[h] >> 16);
+					wf[2 * h] = wdt == DT_BF16 ? bf16_to_f32(lo) : f16_to_f32(lo);
+					wf[2 * h + 1] = wdt == DT_BF16 ? bf16_to_f32(hi) : f16_to_f32(hi);
+				}
+#pragma unroll
+				for (int j = 0; j < MT; j++) {
+					if (j < mt) {
+						const float4 *xv = (const float4 *)ar[j] + 2 * c;
+						const float4 a = xv[0], b = xv[1];
+						float s = acc[j];
+						s = fmaf(a.x, wf[0], s);
+						s = fmaf(a.y, wf[1], s);
+						s = fmaf(a.z, wf[2], s);
+						s = fmaf(a.w, wf[3], s);
+						s = fmaf(b.x, wf[4], s);
+						s = fmaf(b.y, wf[5], s);
+						s = fmaf(b.z, wf[6], s);
+						s = fmaf(b.w, wf[7], s);
+						acc[j] = s;
+					}
+				}
+			}
+		}
+	}
+}
+
 __device__ __forceinline__ float warp_nanmax(float v) {
 	for (int o = 16; o > 0; o >>= 1) {
 		v = nanmax(v, __shfl_xor_sync(0xffffffffu, v, o));

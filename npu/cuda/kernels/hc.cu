@@ -56,16 +56,24 @@ extern "C" __global__ void k_hc_proj(float *m, const float *x, const float *fn, 
 // reads its row's and column's elements by shuffles, each sum in the CPU
 // backend's order (index 0 first), so the results are the shared-memory
 // form's bits without its barriers. Every lane of the warp calls it (the
-// shuffles need them); lanes >= nn compute unused values.
-__device__ __forceinline__ float hc_sinkhorn_warp(float v, int n, int ri, int cj, int iters, float eps) {
+// shuffles need them); lanes >= nn compute unused values. N > 0 fixes n
+// at compile time (hc_sinkhorn: the model's 4 streams), so each sum's
+// shuffles are issued together instead of one loop trip each.
+template <int N>
+__device__ __forceinline__ float hc_sinkhorn_warp_n(float v, int n, int ri, int cj, int iters, float eps) {
 	const unsigned all = 0xffffffffu;
+	if (N > 0) {
+		n = N;
+	}
 	float mx = __shfl_sync(all, v, ri * n);
-	for (int c = 1; c < n; c++) {
+#pragma unroll
+	for (int c = 1; c < (N > 0 ? N : n); c++) {
 		mx = fmaxf(mx, __shfl_sync(all, v, ri * n + c));
 	}
 	const float e = expf(v - mx);
 	float sm = 0;
-	for (int c = 0; c < n; c++) {
+#pragma unroll
+	for (int c = 0; c < (N > 0 ? N : n); c++) {
 		sm += __shfl_sync(all, e, ri * n + c);
 	}
 	v = e / sm + eps;
@@ -73,13 +81,15 @@ __device__ __forceinline__ float hc_sinkhorn_warp(float v, int n, int ri, int cj
 	for (int it = 0; it < cols; it++) {
 		if (it > 0 && iters >= 1) { // row normalisation
 			sm = 0;
-			for (int c = 0; c < n; c++) {
+#pragma unroll
+			for (int c = 0; c < (N > 0 ? N : n); c++) {
 				sm += __shfl_sync(all, v, ri * n + c);
 			}
 			v = v / (sm + eps);
 		}
 		sm = 0; // column normalisation
-		for (int i2 = 0; i2 < n; i2++) {
+#pragma unroll
+		for (int i2 = 0; i2 < (N > 0 ? N : n); i2++) {
 			sm += __shfl_sync(all, v, i2 * n + cj);
 		}
 		v = v / (sm + eps);
@@ -87,10 +97,42 @@ __device__ __forceinline__ float hc_sinkhorn_warp(float v, int n, int ri, int cj
 	return v;
 }
 
+// hc_sinkhorn_warp dispatches hc_sinkhorn_warp_n: n = 4 unrolled, others
+// as loops (the same arithmetic either way).
+__device__ __forceinline__ float hc_sinkhorn_warp(float v, int n, int ri, int cj, int iters, float eps) {
+	if (n == 4) {
+		return hc_sinkhorn_warp_n<4>(v, n, ri, cj, iters, eps);
+	}
+	return hc_sinkhorn_warp_n<0>(v, n, ri, cj, iters, eps);
+}
+
 // hc_collapse4 is the float4 collapse of k_hc_pre and k_hc_fused:
 // c4[d] = sum_i pre[i] x4[i*D4 + d] (first product, then fmaf in stream
-// order) for d = d0, d0 + step, ... below hi.
+// order) for d = d0, d0 + step, ... below hi. Four streams (the model's
+// hc_mult) load all four before the first product: the same arithmetic
+// without a memory latency per stream.
 __device__ __forceinline__ void hc_collapse4(float4 *c4, const float4 *x4, const float *pre, int n, int D4, int d0, int hi, int step) {
+	if (n == 4) {
+		const float p0 = pre[0], p1 = pre[1], p2 = pre[2], p3 = pre[3];
+		for (int d = d0; d < hi; d += step) {
+			const float4 v0 = x4[d], v1 = x4[D4 + d], v2 = x4[2 * (i64)D4 + d], v3 = x4[3 * (i64)D4 + d];
+			float4 acc = make_float4(p0 * v0.x, p0 * v0.y, p0 * v0.z, p0 * v0.w);
+			acc.x = fmaf(p1, v1.x, acc.x);
+			acc.y = fmaf(p1, v1.y, acc.y);
+			acc.z = fmaf(p1, v1.z, acc.z);
+			acc.w = fmaf(p1, v1.w, acc.w);
+			acc.x = fmaf(p2, v2.x, acc.x);
+			acc.y = fmaf(p2, v2.y, acc.y);
+			acc.z = fmaf(p2, v2.z, acc.z);
+			acc.w = fmaf(p2, v2.w, acc.w);
+			acc.x = fmaf(p3, v3.x, acc.x);
+			acc.y = fmaf(p3, v3.y, acc.y);
+			acc.z = fmaf(p3, v3.z, acc.z);
+			acc.w = fmaf(p3, v3.w, acc.w);
+			c4[d] = acc;
+		}
+		return;
+	}
 	for (int d = d0; d < hi; d += step) {
 		const float4 v = x4[d];
 		float4 acc = make_float4(pre[0] * v.x, pre[0] * v.y, pre[0] * v.z, pre[0] * v.w);

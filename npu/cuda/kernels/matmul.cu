@@ -2,7 +2,6 @@
 // fp32 activations into two bf16 terms for the tensor-core path.
 
 #define GEMM_SMALL_MT 4     // rows of x per block row (gemmSmallM in matmul.go)
-#define GEMM_SMALL_UNROLL 4 // weight chunks in flight per lane
 
 // k_gemm_small: out[m, n] = sum_k x[m, k] * w[n, k] for up to
 // GEMM_SMALL_MT rows of x per blockIdx.y, one warp per n. w (dtype wdt)
@@ -25,53 +24,12 @@ extern "C" __global__ void k_gemm_small(float *out, const float *x, const void *
 		acc[j] = 0.0f;
 	}
 	if (vec && wdt != DT_F32) {
-		// GEMM_SMALL_UNROLL independent 16-byte weight loads in flight per
-		// lane before their first use.
-		const uint4 *wv = (const uint4 *)((const u16 *)w + (i64)n * K);
-		const int nc = K / 8;
-		for (int c0 = lane; c0 < nc; c0 += 32 * GEMM_SMALL_UNROLL) {
-			uint4 q[GEMM_SMALL_UNROLL];
+		const float *ar[GEMM_SMALL_MT];
 #pragma unroll
-			for (int u = 0; u < GEMM_SMALL_UNROLL; u++) {
-				uint4 v;
-				v.x = v.y = v.z = v.w = 0u;
-				if (c0 + 32 * u < nc) {
-					v = wv[c0 + 32 * u];
-				}
-				q[u] = v;
-			}
-#pragma unroll
-			for (int u = 0; u < GEMM_SMALL_UNROLL; u++) {
-				const int c = c0 + 32 * u;
-				if (c < nc) {
-					float wf[8];
-					const u32 words[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
-#pragma unroll
-					for (int h = 0; h < 4; h++) {
-						const u16 lo = (u16)(words[h] & 0xffffu), hi = (u16)(words[h] >> 16);
-						wf[2 * h] = wdt == DT_BF16 ? bf16_to_f32(lo) : f16_to_f32(lo);
-						wf[2 * h + 1] = wdt == DT_BF16 ? bf16_to_f32(hi) : f16_to_f32(hi);
-					}
-#pragma unroll
-					for (int j = 0; j < GEMM_SMALL_MT; j++) {
-						if (j < mt) {
-							const float4 *xv = (const float4 *)(xr + (i64)j * K) + 2 * c;
-							const float4 a = xv[0], b = xv[1];
-							float s = acc[j];
-							s = fmaf(a.x, wf[0], s);
-							s = fmaf(a.y, wf[1], s);
-							s = fmaf(a.z, wf[2], s);
-							s = fmaf(a.w, wf[3], s);
-							s = fmaf(b.x, wf[4], s);
-							s = fmaf(b.y, wf[5], s);
-							s = fmaf(b.z, wf[6], s);
-							s = fmaf(b.w, wf[7], s);
-							acc[j] = s;
-						}
-					}
-				}
-			}
+		for (int j = 0; j < GEMM_SMALL_MT; j++) {
+			ar[j] = xr + (i64)min(j, mt - 1) * K;
 		}
+		dot16_lane<GEMM_SMALL_MT>(acc, (const u16 *)w + (i64)n * K, K / 8, wdt, ar, mt, lane);
 	} else {
 		const i64 wo = (i64)n * K;
 		for (int c = lane; c < K; c += 32) {

@@ -412,7 +412,11 @@ extern "C" __global__ void k_moe_gemv_f(float *C, const float *A, const int *tok
 			const int r = m0 + min(j, mt - 1);
 			ar[j] = A + (i64)(tok ? tok[r] : r) * K;
 		}
-		if (vec) {
+		if (vec && (wdt == DT_BF16 || wdt == DT_F16)) {
+			// The loads batched ahead of their use (dot16_lane): the
+			// same sums as the decode8 loop below.
+			dot16_lane<MOE_SMALL_MT>(acc, (const u16 *)W + wrow, K / 8, wdt, ar, mt, lane);
+		} else if (vec) {
 #pragma unroll 4
 			for (int c = lane * 8; c < K; c += 256) {
 				float wf[8];
@@ -557,19 +561,13 @@ __device__ __forceinline__ void gemv_krange(int K, int &kbLo, int &kbHi) {
 template <int R>
 __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, const int *tok, const u16 *W,
 					const int *tiles, const int *ntiles, const int *off, int M, int N, int K,
-					float *part, int *cnt) {
+					float *part, int *cnt, int early) {
 	constexpr int U = GEMV_U / R; // loads in flight per lane: the same registers for both R
 	constexpr int MT = GEMV_MT * R;
-	int e, r0, r1;
-	if (!moe_tile(tiles, ntiles, off, M, MOE_BM, e, r0, r1)) {
-		return;
-	}
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, S = blockDim.x >> 5;
 	const int g = lane >> 2, q = lane & 3;
 	const int n0 = blockIdx.x * 16;
 	const int na = n0 + g, nb = n0 + g + 8;
-	const u16 *wa, *wb;
-	gemv_rows(W, e, N, K, wa, wb);
 	// Split K (dense, one pass of at most MT rows, host-chosen): block z
 	// takes k blocks [kbLo, kbHi) and stores its partial sums in part
 	// [gridDim.z, M, N]; the last block of a column tile to finish adds
@@ -577,6 +575,33 @@ __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, co
 	const int ks = gridDim.z;
 	int kbLo, kbHi;
 	gemv_krange(K, kbLo, kbHi);
+	// early (dense only, host-chosen for weights no kernel writes): the
+	// first group's weight loads are issued before the wait on the
+	// previous kernel, so they overlap its tail; nothing else is read
+	// before the wait.
+	uint4 pa[U], pb[U];
+	const bool pre = early && tiles == 0;
+	if (pre) {
+		const u16 *ea, *eb;
+		gemv_rows(W, 0, N, K, ea, eb);
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			const int kb = kbLo + warp + S * u;
+			const i64 k = (i64)kb * 32;
+			pa[u] = pb[u] = make_uint4(0u, 0u, 0u, 0u);
+			if (kb < kbHi && k + 8 * q < K) {
+				pa[u] = ld_stream(ea + k);
+				pb[u] = ld_stream(eb + k);
+			}
+		}
+	}
+	pdl_prologue();
+	int e, r0, r1;
+	if (!moe_tile(tiles, ntiles, off, M, MOE_BM, e, r0, r1)) {
+		return;
+	}
+	const u16 *wa, *wb;
+	gemv_rows(W, e, N, K, wa, wb);
 	float *dst = ks > 1 ? part + (i64)blockIdx.z * M * N : C;
 	for (int m0 = r0; m0 < r1; m0 += MT) {
 		const int mt = min(MT, r1 - m0);
@@ -602,10 +627,15 @@ __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, co
 				const int kb = kb0 + S * u;
 				const i64 k = (i64)kb * 32;
 				const bool ok = kb < kbHi && k + 8 * q < K;
-				va[u] = vb[u] = make_uint4(0u, 0u, 0u, 0u);
-				if (ok) {
-					va[u] = ld_stream(wa + k);
-					vb[u] = ld_stream(wb + k);
+				if (pre && m0 == r0 && kb0 == kbLo + warp) { // the first group (one pass: dense rows fit it)
+					va[u] = pa[u];
+					vb[u] = pb[u];
+				} else {
+					va[u] = vb[u] = make_uint4(0u, 0u, 0u, 0u);
+					if (ok) {
+						va[u] = ld_stream(wa + k);
+						vb[u] = ld_stream(wb + k);
+					}
 				}
 #pragma unroll
 				for (int h = 0; h < R; h++) {
@@ -710,18 +740,18 @@ __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, co
 // rows.
 extern "C" __global__ __launch_bounds__(512) void k_gemv_tc(float *C, const float *A, const int *tok, const u16 *W,
 							    const int *tiles, const int *ntiles, const int *off, int M,
-							    int N, int K, float *part, int *cnt) {
-	pdl_prologue();
+							    int N, int K, float *part, int *cnt, int early) {
+	// pdl_prologue inside gemv_tc, after the early weight loads (they read no kernel's output).
 	__shared__ float red[GEMV_MAXW * 128];
-	gemv_tc<1>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt);
+	gemv_tc<1>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt, early);
 }
 
 // k_gemv_tc16: gemv_tc in passes of 16 rows: the dense MatMul of 9 to 16
 // rows, each weight read once.
 extern "C" __global__ __launch_bounds__(512) void k_gemv_tc16(float *C, const float *A, const int *tok, const u16 *W,
 							      const int *tiles, const int *ntiles, const int *off, int M,
-							      int N, int K, float *part, int *cnt) {
-	pdl_prologue();
+							      int N, int K, float *part, int *cnt, int early) {
+	// pdl_prologue inside gemv_tc, after the early weight loads (they read no kernel's output).
 	__shared__ float red[GEMV_MAXW * 256];
-	gemv_tc<2>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt);
+	gemv_tc<2>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt, early);
 }
