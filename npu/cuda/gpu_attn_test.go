@@ -226,6 +226,8 @@ func TestGPUSparseMLA(t *testing.T) {
 		{20, 16, 24, 128, []int{70, 5}, []int{50, 200}, 70},  // k_mla_attn_tc, k_gemm_tc_strided: prefill rows, a group of 4 heads
 		{64, 256, 256, 512, []int{24}, []int{400}, 300},      // k_mla_attn_tc: prefill at the slice's head shapes
 		{16, 32, 32, 256, []int{1, 1}, []int{900, 300}, 700}, // k_mla_attn_tc: decode, latents split across blocks
+		{6, 8, 13, 72, []int{1}, []int{90}, 40},              // k_mla_out's one-row form: a warp's last columns past dv
+		{4, 8, 16, 64, []int{9}, []int{20}, 16},              // a one-row tile (rows 8) after a full one
 	} {
 		for _, ldt := range []npu.DType{npu.F32, npu.BF16} {
 			for _, wdt := range floatTypes {

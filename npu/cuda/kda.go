@@ -12,7 +12,7 @@ import (
 const (
 	kdaRows   = 32
 	kdaMaxK   = 32 * kdaRows
-	kdaStage  = 8        // tokens whose q̂, k̂, e one staging step holds
+	kdaStage  = 8        // tokens whose q̂, k̂, e one staging step holds (KDA_STAGE)
 	kdaShared = 36 << 10 // the staging memory's bound (48 KiB, the default limit, less the static part)
 )
 
@@ -51,15 +51,11 @@ func (b *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout,
 	if B == 0 || T == 0 {
 		return
 	}
-	inv := b.temp(8 * T * H * 2)
-	warps := int64(T) * int64(H) * 2
-	b.launch("k_kda_norms", b.gridFor(warps*32, 256), d1(256), 0, inv.ptr, b.ptr(qkv), pI32(T), pI32(H), pI32(K))
 	tok := max(1, min(kdaStage, kdaShared/(3*4*K)))
 	ns := (K + kdaRows - 1) / kdaRows
 	scale := float32(1 / math.Sqrt(float64(K)))
 	b.launchChecked("k_kda", d2(B*H, (V+31)/32), dim3{32, uint32(ns), 1}, 3*4*K*tok,
-		b.ptr(out), b.ptr(qkv), b.ptr(g), b.ptr(beta), b.ptr(state), inv.ptr,
+		b.ptr(out), b.ptr(qkv), b.ptr(g), b.ptr(beta), b.ptr(state),
 		b.ptr(seqs.QueryStart), b.ptr(seqs.StateSlot), pI32(B), pI32(T), pI32(H), pI32(K), pI32(V),
 		pI32(state.Dim(0)), pF32(scale), pI32(tok), b.errWord, pI32(opKDA))
-	b.freeBuf(inv)
 }

@@ -43,6 +43,10 @@ var mlaOutTC = true
 // (decode) take k_mla_out, which reads each weight once per 8 rows.
 const mlaOutTCRows = 64
 
+// mlaOut1Cols is the output columns per warp of k_mla_out's one-row form
+// (MLA_OUT1_COLS): their weight loads are issued together.
+const mlaOut1Cols = 4
+
 // Limits of k_mla_attn_tc (MLA_TC_* in kernels/mla.cu): 16 heads per
 // block, latent ranks that are multiples of 128 up to 512 (8 warps, each
 // whole m16n8k16 tiles of R/8 columns).
@@ -208,7 +212,9 @@ func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Seq
 		}
 		vec := kvB.DType() == npu.BF16 && R%8 == 0 && b.ptr(kvB)%16 == 0
 		if vec && n == 1 {
-			oz = (dv + 7) / 8 // one output column per warp: k_mla_out's one-row form is latency-bound
+			// k_mla_out's one-row form: mlaOut1Cols columns per warp,
+			// 8 warps per block, blocks enough for every column.
+			oz = (dv + 8*mlaOut1Cols - 1) / (8 * mlaOut1Cols)
 		}
 		if mlaOutTC && kvB.DType() == npu.BF16 && n >= mlaOutTCRows {
 			// Prefill: one strided tensor-core GEMM per head,

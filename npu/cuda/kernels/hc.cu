@@ -268,8 +268,8 @@ extern "C" __global__ void k_hc_pre(float *collapsed, float *post, float *comb, 
 // forms m[t, j] (or ss[t]) as k_hc_proj does; the last block of token t
 // to finish (cnt[t], an atomicInc that wraps back to 0 for the next
 // launch) then forms pre and post, runs the Sinkhorn combination in warp
-// 0 while its other warps collapse the streams, with k_hc_pre's
-// arithmetic (the same bits).
+// 0 while the warps off its scheduler collapse the streams, with
+// k_hc_pre's arithmetic (the same bits).
 extern "C" __global__ void k_hc_fused(float *collapsed, float *post, float *comb, float *m, const float *x, const float *fn,
 				      const void *base, int bdt, const void *scale, int sdt, int n, int D, int iters, float eps,
 				      float rms_eps, double *ss, unsigned *cnt) {
@@ -305,9 +305,17 @@ extern "C" __global__ void k_hc_fused(float *collapsed, float *post, float *comb
 		}
 		return;
 	}
+	// The collapse runs on the warps that do not share warp 0's scheduler
+	// (warp w on sub-partition w % 4): issuing beside the Sinkhorn's
+	// chain of shuffles and divisions doubled its latency.
+	const int w = tid >> 5, nw = blockDim.x >> 5;
+	if ((w & 3) == 0) {
+		return;
+	}
+	const int ci = (w - (w >> 2) - 1) * 32 + (tid & 31), cn = (nw - (nw + 3) / 4) * 32;
 	const float4 *x4 = (const float4 *)(x + (i64)t * nD);
 	float4 *c4 = (float4 *)(collapsed + (i64)t * D);
-	hc_collapse4(c4, x4, pre, n, D >> 2, tid - 32, D >> 2, blockDim.x - 32);
+	hc_collapse4(c4, x4, pre, n, D >> 2, ci, D >> 2, cn);
 }
 
 // k_hc_post: out[t, j, d] = sum_i comb[t, i, j] x[t, i, d] + post[t, j] y[t, d].

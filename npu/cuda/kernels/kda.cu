@@ -10,45 +10,24 @@
 // of the tile in registers, the two sums over d are reduced across the y
 // slices through shared memory (two barriers per token), and the
 // normalised q, k and e of KDA_TOK tokens at a time are staged in shared
-// memory by all threads together. k_kda_norms computes the 1/‖q‖ and
-// 1/‖k‖ of every (row, head) first, in fp64 as the CPU backend does.
+// memory by all threads together, after the block's warps have formed
+// each staged token's 1/‖q‖ and 1/‖k‖ for its head in fp64, as the CPU
+// backend does (a decode step's norms need no launch of their own).
 
-#define KDA_ROWS 32 // state rows per thread (one y slice)
-#define KDA_COLS 32 // state columns per block (the x extent)
-
-// k_kda_norms: inv [T, H, 2] = 1/sqrt(Σx² + 1e-6) of q and k of each row
-// and head; one warp per (row, head, q|k).
-extern "C" __global__ void k_kda_norms(double *inv, const float *qkv, int T, int H, int K) {
-	pdl_prologue();
-	const i64 warps = (i64)T * H * 2;
-	const int lane = threadIdx.x & 31;
-	for (i64 w = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; w < warps;
-	     w += ((i64)gridDim.x * blockDim.x) >> 5) {
-		const i64 th = w >> 1;
-		const int which = (int)(w & 1);
-		const i64 t = th / H;
-		const int h = (int)(th - t * H);
-		const float *x = qkv + t * 3 * (i64)H * K + (i64)which * H * K + (i64)h * K;
-		double s = 0;
-		for (int d = lane; d < K; d += 32) {
-			s += (double)x[d] * (double)x[d];
-		}
-		s = warp_sum(s);
-		if (lane == 0) {
-			inv[w] = 1.0 / sqrt(s + 1e-6);
-		}
-	}
-}
+#define KDA_ROWS 32  // state rows per thread (one y slice)
+#define KDA_COLS 32  // state columns per block (the x extent)
+#define KDA_STAGE 8  // tokens per staging step at most (kdaStage in kda.go)
 
 // k_kda: grid (B*H, ceil(V/32)), block (32, ceil(K/32)); dynamic shared
-// memory 3*tok*K floats. qkv [T, 3*H*K], g [T, H*K], beta [T, H],
-// state [slots, H, K, V], out [T, H*V], inv from k_kda_norms.
+// memory 3*tok*K floats (tok <= KDA_STAGE). qkv [T, 3*H*K], g [T, H*K],
+// beta [T, H], state [slots, H, K, V], out [T, H*V].
 extern "C" __global__ void k_kda(float *out, const float *qkv, const float *g, const float *beta, float *state,
-				 const double *inv, const int *qs, const int *slots, int B, int T, int H, int K, int V,
-				 int nslots, float scale, int tok, int *err, int op) {
+				 const int *qs, const int *slots, int B, int T, int H, int K, int V, int nslots, float scale,
+				 int tok, int *err, int op) {
 	pdl_prologue();
 	extern __shared__ float stage[]; // [tok][3][K]: q̂, k̂, e
 	__shared__ float red[2][32][KDA_COLS + 1];
+	__shared__ double inv[KDA_STAGE][2]; // 1/‖q‖, 1/‖k‖ of the staged tokens
 	const int b = blockIdx.x / H, h = blockIdx.x - b * H;
 	const int x = threadIdx.x, y = threadIdx.y, ns = blockDim.y;
 	const int nt = blockDim.x * blockDim.y, li = y * blockDim.x + x;
@@ -90,11 +69,26 @@ extern "C" __global__ void k_kda(float *out, const float *qkv, const float *g, c
 	for (int c0 = r0; c0 < r1; c0 += tok) {
 		const int n = min(tok, r1 - c0);
 		__syncthreads(); // the previous stage has been read
+		// Warp y forms norms y, y + ns, ... of the 2n (token, q|k): the
+		// lane-strided fp64 sum of squares, then warp_sum.
+		for (int wj = y; wj < 2 * n; wj += ns) {
+			const int j = wj >> 1, which = wj & 1;
+			const float *xr = qkv + (i64)(c0 + j) * 3 * HK + (i64)which * HK + (i64)h * K;
+			double ss = 0;
+			for (int d = x; d < K; d += 32) {
+				ss += (double)xr[d] * (double)xr[d];
+			}
+			ss = warp_sum(ss);
+			if (x == 0) {
+				inv[j][which] = 1.0 / sqrt(ss + 1e-6);
+			}
+		}
+		__syncthreads();
 		for (int e = li; e < n * K; e += nt) {
 			const int j = e / K, d = e - j * K;
 			const i64 t = c0 + j;
 			const float *row = qkv + t * 3 * HK + (i64)h * K;
-			const double qi = inv[(t * H + h) * 2], ki = inv[(t * H + h) * 2 + 1];
+			const double qi = inv[j][0], ki = inv[j][1];
 			float *st = stage + (i64)j * 3 * K;
 			st[d] = (float)((double)row[d] * qi) * scale;
 			st[K + d] = (float)((double)row[HK + d] * ki);

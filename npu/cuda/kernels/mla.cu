@@ -181,6 +181,7 @@ extern "C" __global__ void k_mla_select_bm(int *rows, int *counts, const int *se
 }
 
 #define MLA_QT 8 // rows per block of k_mla_qlat and k_mla_out
+#define MLA_OUT1_COLS 4 // output columns per warp of k_mla_out's one-row form (mlaOut1Cols in mla.go)
 
 // k_mla_qlat: grid (ceil(n/8), H, column splits), 128 or 256 threads, dynamic shared memory
 // 8*dk floats. qlat [n, H, R] for rows t0..t0+n: q̃[t,h,r] =
@@ -248,6 +249,41 @@ extern "C" __global__ __launch_bounds__(512) void k_mla_qlat_bf16(float *qlat, c
 		}
 	}
 	const u16 *wb = kvB + (i64)h * (dk + dv) * R + 8 * g;
+	if (nr == 1) {
+		// One row (decode, a batch of one): row 0's sums alone, eight
+		// weight loads in flight per thread (the seven empty rows'
+		// FMAs would bound the kernel), in the same order as below.
+		float a1[8];
+#pragma unroll
+		for (int c = 0; c < 8; c++) {
+			a1[c] = 0.0f;
+		}
+		if (sl < ks) {
+#pragma unroll 8
+			for (int i = i0; i < i1; i++) {
+				float wf[8];
+				bf16x8(wf, *(const uint4 *)(wb + (i64)i * R));
+				const float qv = qsh[i];
+#pragma unroll
+				for (int c = 0; c < 8; c++) {
+					a1[c] += qv * wf[c];
+				}
+			}
+#pragma unroll
+			for (int c = 0; c < 8; c++) {
+				red[sl * R + 8 * g + c] = a1[c];
+			}
+		}
+		__syncthreads();
+		for (int r = threadIdx.x; r < R; r += blockDim.x) {
+			float v = red[r];
+			for (int k = 1; k < ks; k++) {
+				v += red[k * R + r];
+			}
+			qlat[((i64)r0 * H + h) * R + r] = v;
+		}
+		return;
+	}
 	if (sl < ks) {
 #pragma unroll 4
 		for (int i = i0; i < i1; i++) {
@@ -706,37 +742,56 @@ extern "C" __global__ void k_mla_out(float *out, const float *z, const void *kvB
 	extern __shared__ float zsh[];
 	const int r0 = blockIdx.x * MLA_QT, h = blockIdx.y, nr = min(MLA_QT, n - r0);
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	for (int e = threadIdx.x; e < MLA_QT * R; e += blockDim.x) {
+	const bool one = vec && nr == 1;
+	for (int e = threadIdx.x; e < (one ? R : MLA_QT * R); e += blockDim.x) {
 		const int j = e / R, r = e - j * R;
 		zsh[e] = j < nr ? z[((i64)(r0 + j) * H + h) * R + r] : 0.0f;
 	}
 	__syncthreads();
-	if (vec && nr == 1) {
+	if (one) {
 		// One row (a decode wave's tile of one token): the same sums for
 		// row 0 without the seven empty rows' FMAs and shared loads, z
 		// read as float4s (conflict-free across the warp's 8-float
-		// strides). Every unrolled 16-byte weight load of a column is in
-		// flight at once.
-		for (int jj = blockIdx.z * nw + warp; jj < dv; jj += nw * gridDim.z) {
-			const u16 *wr = (const u16 *)kvB + ((i64)h * (dk + dv) + dk + jj) * R;
-			float acc = 0;
-#pragma unroll 4
-			for (int r = lane * 8; r < R; r += 256) {
-				float wf[8];
-				bf16x8(wf, *(const uint4 *)(wr + r));
-				const float4 z0 = *(const float4 *)(zsh + r), z1 = *(const float4 *)(zsh + r + 4);
-				acc += wf[0] * z0.x;
-				acc += wf[1] * z0.y;
-				acc += wf[2] * z0.z;
-				acc += wf[3] * z0.w;
-				acc += wf[4] * z1.x;
-				acc += wf[5] * z1.y;
-				acc += wf[6] * z1.z;
-				acc += wf[7] * z1.w;
+		// strides). A warp takes MLA_OUT1_COLS columns, their 16-byte
+		// weight loads of each 256-wide step issued together: the
+		// one-row form is bound by memory latency, not bandwidth.
+		for (int j0 = (blockIdx.z * nw + warp) * MLA_OUT1_COLS; j0 < dv; j0 += nw * gridDim.z * MLA_OUT1_COLS) {
+			const u16 *wr = (const u16 *)kvB + ((i64)h * (dk + dv) + dk + j0) * R;
+			float acc[MLA_OUT1_COLS];
+#pragma unroll
+			for (int c = 0; c < MLA_OUT1_COLS; c++) {
+				acc[c] = 0;
 			}
-			acc = warp_sum(acc);
-			if (lane == 0) {
-				out[((i64)(t0 + r0) * H + h) * dv + jj] = acc;
+#pragma unroll 2
+			for (int r = lane * 8; r < R; r += 256) {
+				uint4 wq[MLA_OUT1_COLS];
+#pragma unroll
+				for (int c = 0; c < MLA_OUT1_COLS; c++) {
+					wq[c] = j0 + c < dv ? *(const uint4 *)(wr + (i64)c * R + r) : make_uint4(0u, 0u, 0u, 0u);
+				}
+				const float4 z0 = *(const float4 *)(zsh + r), z1 = *(const float4 *)(zsh + r + 4);
+#pragma unroll
+				for (int c = 0; c < MLA_OUT1_COLS; c++) {
+					float wf[8];
+					bf16x8(wf, wq[c]);
+					float a = acc[c];
+					a += wf[0] * z0.x;
+					a += wf[1] * z0.y;
+					a += wf[2] * z0.z;
+					a += wf[3] * z0.w;
+					a += wf[4] * z1.x;
+					a += wf[5] * z1.y;
+					a += wf[6] * z1.z;
+					a += wf[7] * z1.w;
+					acc[c] = a;
+				}
+			}
+#pragma unroll
+			for (int c = 0; c < MLA_OUT1_COLS; c++) {
+				const float v = warp_sum(acc[c]);
+				if (lane == 0 && j0 + c < dv) {
+					out[((i64)(t0 + r0) * H + h) * dv + j0 + c] = v;
+				}
 			}
 		}
 		return;
