@@ -190,6 +190,16 @@ __device__ __forceinline__ double warp_sum(double v) {
 	return v;
 }
 
+// fma4 returns s + a . w[0..3] as four fmaf in that order: the step of
+// the warp-per-column dot products (dot16_lane, k_moe_gemv_f, the FP8
+// decode GEMV).
+__device__ __forceinline__ float fma4(float s, float4 a, const float *w) {
+	s = fmaf(a.x, w[0], s);
+	s = fmaf(a.y, w[1], s);
+	s = fmaf(a.z, w[2], s);
+	return fmaf(a.w, w[3], s);
+}
+
 #define W16_UNROLL 4 // 16-byte weight chunks in flight per lane (dot16_lane)
 
 // dot16_lane is a lane's share of a warp-per-column product over a row w
@@ -231,17 +241,7 @@ __device__ __forceinline__ void dot16_lane(float *acc, const u16 *w, int nc, int
 				for (int j = 0; j < MT; j++) {
 					if (j < mt) {
 						const float4 *xv = (const float4 *)ar[j] + 2 * c;
-						const float4 a = xv[0], b = xv[1];
-						float s = acc[j];
-						s = fmaf(a.x, wf[0], s);
-						s = fmaf(a.y, wf[1], s);
-						s = fmaf(a.z, wf[2], s);
-						s = fmaf(a.w, wf[3], s);
-						s = fmaf(b.x, wf[4], s);
-						s = fmaf(b.y, wf[5], s);
-						s = fmaf(b.z, wf[6], s);
-						s = fmaf(b.w, wf[7], s);
-						acc[j] = s;
+						acc[j] = fma4(fma4(acc[j], xv[0], wf), xv[1], wf + 4);
 					}
 				}
 			}

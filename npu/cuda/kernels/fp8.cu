@@ -192,13 +192,7 @@ extern "C" __global__ void k_fp8b_gemv_f(float *C, const float *A, const int *to
 #pragma unroll
 				for (int j = 0; j < FP8_SMALL_MT; j++) {
 					if (j < mt) {
-						const float4 a = *(const float4 *)(ar[j] + c);
-						float s = acc[j];
-						s = fmaf(a.x, wf[0], s);
-						s = fmaf(a.y, wf[1], s);
-						s = fmaf(a.z, wf[2], s);
-						s = fmaf(a.w, wf[3], s);
-						acc[j] = s;
+						acc[j] = fma4(acc[j], *(const float4 *)(ar[j] + c), wf);
 					}
 				}
 			}

@@ -106,6 +106,11 @@ __device__ __forceinline__ float hc_sinkhorn_warp(float v, int n, int ri, int cj
 	return hc_sinkhorn_warp_n<0>(v, n, ri, cj, iters, eps);
 }
 
+// fmaf4 is acc + p*v per component (fmaf each).
+__device__ __forceinline__ float4 fmaf4(float p, float4 v, float4 acc) {
+	return make_float4(fmaf(p, v.x, acc.x), fmaf(p, v.y, acc.y), fmaf(p, v.z, acc.z), fmaf(p, v.w, acc.w));
+}
+
 // hc_collapse4 is the float4 collapse of k_hc_pre and k_hc_fused:
 // c4[d] = sum_i pre[i] x4[i*D4 + d] (first product, then fmaf in stream
 // order) for d = d0, d0 + step, ... below hi. Four streams (the model's
@@ -116,20 +121,8 @@ __device__ __forceinline__ void hc_collapse4(float4 *c4, const float4 *x4, const
 		const float p0 = pre[0], p1 = pre[1], p2 = pre[2], p3 = pre[3];
 		for (int d = d0; d < hi; d += step) {
 			const float4 v0 = x4[d], v1 = x4[D4 + d], v2 = x4[2 * (i64)D4 + d], v3 = x4[3 * (i64)D4 + d];
-			float4 acc = make_float4(p0 * v0.x, p0 * v0.y, p0 * v0.z, p0 * v0.w);
-			acc.x = fmaf(p1, v1.x, acc.x);
-			acc.y = fmaf(p1, v1.y, acc.y);
-			acc.z = fmaf(p1, v1.z, acc.z);
-			acc.w = fmaf(p1, v1.w, acc.w);
-			acc.x = fmaf(p2, v2.x, acc.x);
-			acc.y = fmaf(p2, v2.y, acc.y);
-			acc.z = fmaf(p2, v2.z, acc.z);
-			acc.w = fmaf(p2, v2.w, acc.w);
-			acc.x = fmaf(p3, v3.x, acc.x);
-			acc.y = fmaf(p3, v3.y, acc.y);
-			acc.z = fmaf(p3, v3.z, acc.z);
-			acc.w = fmaf(p3, v3.w, acc.w);
-			c4[d] = acc;
+			const float4 acc = make_float4(p0 * v0.x, p0 * v0.y, p0 * v0.z, p0 * v0.w);
+			c4[d] = fmaf4(p3, v3, fmaf4(p2, v2, fmaf4(p1, v1, acc)));
 		}
 		return;
 	}
@@ -137,11 +130,7 @@ __device__ __forceinline__ void hc_collapse4(float4 *c4, const float4 *x4, const
 		const float4 v = x4[d];
 		float4 acc = make_float4(pre[0] * v.x, pre[0] * v.y, pre[0] * v.z, pre[0] * v.w);
 		for (int i = 1; i < n; i++) {
-			const float4 u = x4[(i64)i * D4 + d];
-			acc.x = fmaf(pre[i], u.x, acc.x);
-			acc.y = fmaf(pre[i], u.y, acc.y);
-			acc.z = fmaf(pre[i], u.z, acc.z);
-			acc.w = fmaf(pre[i], u.w, acc.w);
+			acc = fmaf4(pre[i], x4[(i64)i * D4 + d], acc);
 		}
 		c4[d] = acc;
 	}

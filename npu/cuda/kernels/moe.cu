@@ -424,17 +424,7 @@ extern "C" __global__ void k_moe_gemv_f(float *C, const float *A, const int *tok
 #pragma unroll
 				for (int j = 0; j < MOE_SMALL_MT; j++) {
 					if (j < mt) {
-						const float4 a = *(const float4 *)(ar[j] + c), b = *(const float4 *)(ar[j] + c + 4);
-						float s = acc[j];
-						s = fmaf(a.x, wf[0], s);
-						s = fmaf(a.y, wf[1], s);
-						s = fmaf(a.z, wf[2], s);
-						s = fmaf(a.w, wf[3], s);
-						s = fmaf(b.x, wf[4], s);
-						s = fmaf(b.y, wf[5], s);
-						s = fmaf(b.z, wf[6], s);
-						s = fmaf(b.w, wf[7], s);
-						acc[j] = s;
+						acc[j] = fma4(fma4(acc[j], *(const float4 *)(ar[j] + c), wf), *(const float4 *)(ar[j] + c + 4), wf + 4);
 					}
 				}
 			}
