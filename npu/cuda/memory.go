@@ -223,7 +223,7 @@ func (b *Backend) temp(n int) *buffer {
 var _ npu.WeightMarker = (*Backend)(nil)
 
 // MarkWeights records that no op writes ts' buffers until they are freed
-// (npu.WeightMarker): MatMul's one-row GEMVs then load their first
+// (npu.WeightMarker): MatMul's decode GEMVs (k_gemv_tc) then load their first
 // weights before waiting on the previous kernel (gemvEarly).
 func (b *Backend) MarkWeights(ts ...*npu.Tensor) {
 	for _, t := range ts {
