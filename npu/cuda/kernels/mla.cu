@@ -249,42 +249,21 @@ extern "C" __global__ __launch_bounds__(512) void k_mla_qlat_bf16(float *qlat, c
 		}
 	}
 	const u16 *wb = kvB + (i64)h * (dk + dv) * R + 8 * g;
-	if (nr == 1) {
+	if (sl < ks && nr == 1) {
 		// One row (decode, a batch of one): row 0's sums alone, eight
 		// weight loads in flight per thread (the seven empty rows'
 		// FMAs would bound the kernel), in the same order as below.
-		float a1[8];
-#pragma unroll
-		for (int c = 0; c < 8; c++) {
-			a1[c] = 0.0f;
-		}
-		if (sl < ks) {
 #pragma unroll 8
-			for (int i = i0; i < i1; i++) {
-				float wf[8];
-				bf16x8(wf, *(const uint4 *)(wb + (i64)i * R));
-				const float qv = qsh[i];
-#pragma unroll
-				for (int c = 0; c < 8; c++) {
-					a1[c] += qv * wf[c];
-				}
-			}
+		for (int i = i0; i < i1; i++) {
+			float wf[8];
+			bf16x8(wf, *(const uint4 *)(wb + (i64)i * R));
+			const float qv = qsh[i];
 #pragma unroll
 			for (int c = 0; c < 8; c++) {
-				red[sl * R + 8 * g + c] = a1[c];
+				acc[0][c] += qv * wf[c];
 			}
 		}
-		__syncthreads();
-		for (int r = threadIdx.x; r < R; r += blockDim.x) {
-			float v = red[r];
-			for (int k = 1; k < ks; k++) {
-				v += red[k * R + r];
-			}
-			qlat[((i64)r0 * H + h) * R + r] = v;
-		}
-		return;
-	}
-	if (sl < ks) {
+	} else if (sl < ks) {
 #pragma unroll 4
 		for (int i = i0; i < i1; i++) {
 			float wf[8];

@@ -519,6 +519,18 @@ __device__ __forceinline__ void gemv_rows(const u16 *W, int e, int N, int K, con
 	wb = W + ((i64)e * N + min(n0 + g + 8, N - 1)) * K + 8 * q;
 }
 
+// gemv_wload loads lane q's 16 bytes of weight rows wa and wb at the
+// 32-wide k block kb of gemv_tc (zeros past kbHi or K).
+__device__ __forceinline__ void gemv_wload(uint4 &va, uint4 &vb, const u16 *wa, const u16 *wb, int kb, int kbHi, int K,
+					   int q) {
+	const i64 k = (i64)kb * 32;
+	va = vb = make_uint4(0u, 0u, 0u, 0u);
+	if (kb < kbHi && k + 8 * q < K) {
+		va = ld_stream(wa + k);
+		vb = ld_stream(wb + k);
+	}
+}
+
 // gemv_krange is block z's range [kbLo, kbHi) of 32-wide k blocks: all of
 // K unless the host split K over gridDim.z.
 __device__ __forceinline__ void gemv_krange(int K, int &kbLo, int &kbHi) {
@@ -569,20 +581,14 @@ __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, co
 	// first group's weight loads are issued before the wait on the
 	// previous kernel, so they overlap its tail; nothing else is read
 	// before the wait.
+	const u16 *wa, *wb;
+	gemv_rows(W, 0, N, K, wa, wb); // the dense rows (expert 0); a grouped launch's expert is known after the wait
 	uint4 pa[U], pb[U];
 	const bool pre = early && tiles == 0;
 	if (pre) {
-		const u16 *ea, *eb;
-		gemv_rows(W, 0, N, K, ea, eb);
 #pragma unroll
 		for (int u = 0; u < U; u++) {
-			const int kb = kbLo + warp + S * u;
-			const i64 k = (i64)kb * 32;
-			pa[u] = pb[u] = make_uint4(0u, 0u, 0u, 0u);
-			if (kb < kbHi && k + 8 * q < K) {
-				pa[u] = ld_stream(ea + k);
-				pb[u] = ld_stream(eb + k);
-			}
+			gemv_wload(pa[u], pb[u], wa, wb, kbLo + warp + S * u, kbHi, K, q);
 		}
 	}
 	pdl_prologue();
@@ -590,8 +596,9 @@ __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, co
 	if (!moe_tile(tiles, ntiles, off, M, MOE_BM, e, r0, r1)) {
 		return;
 	}
-	const u16 *wa, *wb;
-	gemv_rows(W, e, N, K, wa, wb);
+	if (tiles != 0) {
+		gemv_rows(W, e, N, K, wa, wb);
+	}
 	float *dst = ks > 1 ? part + (i64)blockIdx.z * M * N : C;
 	for (int m0 = r0; m0 < r1; m0 += MT) {
 		const int mt = min(MT, r1 - m0);
@@ -621,11 +628,7 @@ __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, co
 					va[u] = pa[u];
 					vb[u] = pb[u];
 				} else {
-					va[u] = vb[u] = make_uint4(0u, 0u, 0u, 0u);
-					if (ok) {
-						va[u] = ld_stream(wa + k);
-						vb[u] = ld_stream(wb + k);
-					}
+					gemv_wload(va[u], vb[u], wa, wb, kb, kbHi, K, q);
 				}
 #pragma unroll
 				for (int h = 0; h < R; h++) {
