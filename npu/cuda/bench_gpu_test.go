@@ -101,7 +101,7 @@ func TestGPUThroughput(t *testing.T) {
 func TestGPUDecodeGEMV(t *testing.T) {
 	g := newGPUBench(t)
 	b, alloc := g.b, g.alloc
-	defer func(e bool) { gemvTC, gemvEarly = true, e }(gemvEarly)
+	defer func(e bool, ct int) { gemvTC, gemvEarly, gemvTiles = true, e, ct }(gemvEarly, gemvTiles)
 	copyGBs := g.copyRate()
 	t.Logf("device copy rate %.0f GB/s (read + write)", copyGBs)
 	for _, s := range []struct {
@@ -132,12 +132,15 @@ func TestGPUDecodeGEMV(t *testing.T) {
 		}
 		xm, om := alloc(npu.F32, s.M, s.K), alloc(npu.F32, s.M, s.N)
 		b.Fill(xm, 0.01)
-		for _, f := range []struct{ tc, early bool }{{true, false}, {true, true}, {false, false}} {
+		for _, f := range []struct {
+			tc, early bool
+			tiles     int
+		}{{true, false, 2}, {true, true, 2}, {true, true, 1}, {false, false, 2}} {
 			tc := f.tc
 			if f.early && s.M > gemvMaxM {
 				continue
 			}
-			gemvTC, gemvEarly = tc, f.early
+			gemvTC, gemvEarly, gemvTiles = tc, f.early, f.tiles
 			// Above gemvMaxM MatMul takes cuBLASLt either way; the
 			// gemvTC row calls k_gemv_tc16 itself (passes of 16 rows,
 			// each pass reading the weights again, from L2 where they
@@ -146,16 +149,17 @@ func TestGPUDecodeGEMV(t *testing.T) {
 			i := 0
 			ms := g.timed(max(20, 4*copies), func() {
 				if direct {
-					b.gemvTC(b.ptr(om), b.ptr(xm), 0, b.ptr(ws[i%copies]), nil, s.M, s.N, s.K, false)
+					b.gemvTC(b.ptr(om), b.ptr(xm), 0, b.ptr(ws[i%copies]), nil, s.M, s.N, s.K, false, nil)
 				} else {
 					b.MatMul(om, xm, ws[i%copies])
 				}
 				i++
 			})
 			gbs := float64(wbytes) / ms / 1e6
-			g.t.Logf("MatMul bf16 %-26s M=%-2d gemvTC=%-5v early=%-5v %8.3f ms  %6.0f GB/s of weights  %.2f of copy",
-				s.name, s.M, tc, f.early, ms, gbs, gbs/copyGBs)
+			g.t.Logf("MatMul bf16 %-26s M=%-2d gemvTC=%-5v early=%-5v tiles=%d %8.3f ms  %6.0f GB/s of weights  %.2f of copy",
+				s.name, s.M, tc, f.early, f.tiles, ms, gbs, gbs/copyGBs)
 		}
+		gemvTiles = 2
 		gemvEarly = false
 		if s.M == 1 && s.N <= 4096 {
 			// Warps per block other than gemvWarps' choice (the

@@ -57,10 +57,24 @@ func TestGPUMoEThroughput(t *testing.T) {
 				continue // the tiled GEMMs: gemvTC does not apply
 			}
 			gemvTC = tc
-			ms := timed(reps, func() { b.MoE(out, x, gu16, dn16, w, idt, 7) })
-			wb := 2 * perExpert * float64(len(touched))
-			report(fmt.Sprintf("MoE bf16 T=%d E=%d top-%d D=%d I=%d gemvTC=%v", T, E, k, D, I, tc), ms, wb, flops)
-			t.Logf("  %d experts touched: %.2f of copy", len(touched), wb/ms/1e6/copyGBs)
+			// The decode forms: column tiles per k_gemv_tc block, the
+			// SwiGLU inside the down GEMV or its own launch.
+			type form struct {
+				tiles int
+				fused bool
+			}
+			forms := []form{{2, true}}
+			if tc && T <= 32 {
+				forms = append(forms, form{1, true}, form{2, false})
+			}
+			for _, f := range forms {
+				gemvTiles, moeSwiGLUFused = f.tiles, f.fused
+				ms := timed(reps, func() { b.MoE(out, x, gu16, dn16, w, idt, 7) })
+				wb := 2 * perExpert * float64(len(touched))
+				report(fmt.Sprintf("MoE bf16 T=%d E=%d top-%d D=%d I=%d gemvTC=%v tiles=%d swiglu-in-gemv=%v", T, E, k, D, I, tc, f.tiles, f.fused), ms, wb, flops)
+				t.Logf("  %d experts touched: %.2f of copy", len(touched), wb/ms/1e6/copyGBs)
+			}
+			gemvTiles, moeSwiGLUFused = 2, true
 		}
 		gemvTC = true
 		ms := timed(reps, func() { b.MoEQ(out, x, gu8, dn8, w, idt, 7) })

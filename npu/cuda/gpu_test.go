@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -345,6 +346,29 @@ func TestGPUHC(t *testing.T) {
 				h.g.Free(outs[1][k])
 			}
 		}
+		// HCPreNorm (k_hc_fused ending with the row's RMSNorm where its
+		// block is k_rmsnorm's) against the CPU and, bit for bit, against
+		// HCPre then RMSNorm on the device.
+		nw := h.rand(npu.BF16, 1, c.D)
+		normed := h.zeros(npu.F32, c.T, c.D)
+		h.g.HCPreNorm(normed.g, col.g, post.g, comb.g, x.g, fn.g, base.g, scale.g, nw.g, p, 1e-6)
+		cpuBE.RMSNorm(normed.c, col.c, nw.c, 1e-6)
+		h.close("HCPreNorm normed "+name, normed, 1e-5)
+		h.close("HCPreNorm collapsed "+name, col, 1e-5)
+		two := h.zeros(npu.F32, c.T, c.D)
+		h.g.HCPre(col.g, post.g, comb.g, x.g, fn.g, base.g, scale.g, p)
+		h.g.RMSNorm(two.g, col.g, nw.g, 1e-6)
+		a, b2 := make([]byte, normed.g.Bytes()), make([]byte, two.g.Bytes())
+		if err := h.g.Download(a, normed.g); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.g.Download(b2, two.g); err != nil {
+			t.Fatal(err)
+		}
+		if string(a) != string(b2) {
+			t.Errorf("HCPreNorm %s: differs from HCPre + RMSNorm", name)
+		}
+		h.free(nw, normed, two)
 		y := h.rand(npu.F32, 1, c.T, c.D)
 		out := h.zeros(npu.F32, c.T, c.n, c.D)
 		h.g.HCPost(out.g, y.g, post.g, comb.g, x.g)
@@ -427,17 +451,34 @@ func TestGPURouter(t *testing.T) {
 		{9, 256, 256, npu.RouterParams{TopK: 8, NGroup: 8, TopKGroup: 4, Normalize: true, Scale: 2.5}, npu.BF16},
 		{3, 64, 16, npu.RouterParams{TopK: 4, NGroup: 16, TopKGroup: 3, Scale: 1}, npu.F32},
 		{1, 4096, 64, npu.RouterParams{TopK: 8, NGroup: 1, Normalize: true, Scale: 2.5}, npu.F32}, // the slice's decode
+		{8, 4096, 64, npu.RouterParams{TopK: 8, NGroup: 1, Normalize: true, Scale: 2.5}, npu.BF16},
+		{20, 200, 32, npu.RouterParams{TopK: 4, NGroup: 4, TopKGroup: 2, Normalize: true, Scale: 1}, npu.F32}, // above routerFusedMaxT
 	} {
 		x := h.rand(npu.F32, 1, c.T, c.D)
 		gate := h.rand(c.gdt, 0.2, c.E, c.D)
 		bias := h.rand(npu.F32, 0.05, c.E)
 		w := h.zeros(npu.F32, c.T, c.p.TopK)
 		ids := h.zeros(npu.I32, c.T, c.p.TopK)
-		h.g.Router(w.g, ids.g, x.g, gate.g, bias.g, c.p)
 		name := fmt.Sprintf("Router T=%d E=%d %+v", c.T, c.E, c.p)
 		cpuBE.Router(w.c, ids.c, x.c, gate.c, bias.c, c.p)
-		h.exact(name+" ids", ids)
-		h.close(name+" weights", w, 1e-5)
+		// k_router_fused (up to routerFusedMaxT tokens) twice (its
+		// counters wrap to 0), then the two launches: each against the
+		// CPU, and the same bits.
+		var first []byte
+		for i, fused := range []bool{true, true, false} {
+			routerFused = fused
+			h.g.Fill(w.g, 0)
+			h.g.Router(w.g, ids.g, x.g, gate.g, bias.g, c.p)
+			h.exact(fmt.Sprintf("%s fused=%v ids", name, fused), ids)
+			h.close(fmt.Sprintf("%s fused=%v weights", name, fused), w, 1e-5)
+			got, _ := h.bytes(w)
+			if i == 0 {
+				first = got
+			} else if !bytes.Equal(got, first) {
+				t.Errorf("%s: weights differ between k_router_fused and k_router_scores + k_router (or a rerun)", name)
+			}
+		}
+		routerFused = true
 		h.free(x, gate, bias, w, ids)
 	}
 }

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/npuserve/npuserve/npu"
 )
@@ -14,8 +15,9 @@ const hcMaxStreams = 16
 var hcFused = true
 
 // cntWords is the size of the backend's zeroed counters (gemvCnt): the
-// split-K GEMV's tile counts, then k_hc_fused's token counts.
-const cntWords = gemvSplitTiles + hcProjMaxT
+// split-K GEMV's tile counts, then k_hc_fused's token counts, then
+// k_router_fused's.
+const cntWords = gemvSplitTiles + hcProjMaxT + routerFusedMaxT
 
 // hcProjMaxT is the most tokens whose HCPre projection runs as k_hc_proj
 // (one block per output, a decode step's sizes); more go to MatMul.
@@ -28,6 +30,52 @@ const hcProjMaxT = 16
 // and the collapse (over hcPreSlices blocks when the sums came with the
 // projection).
 func (b *Backend) HCPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, p npu.HCParams) {
+	b.hcPre(collapsed, post, comb, x, fn, base, scale, p, nil)
+}
+
+// EnvDecodeFusion ("0" turns them off) switches the decode launch
+// fusions that keep every op's bits: HCPreNorm's norm inside k_hc_fused,
+// the SwiGLU inside the down GEMVs (MoE, MatMulSwiGLU) and
+// k_router_fused. For measurements: the two settings give the same
+// results.
+const EnvDecodeFusion = "NPUSERVE_CUDA_DECODE_FUSION"
+
+// decodeFusion is EnvDecodeFusion's setting at start-up.
+var decodeFusion = os.Getenv(EnvDecodeFusion) != "0"
+
+// hcNormFused lets HCPreNorm end k_hc_fused with the norm; false keeps
+// the RMSNorm launch.
+var hcNormFused = decodeFusion
+
+// hcNorm is HCPreNorm's RMSNorm of the collapsed rows.
+type hcNorm struct {
+	out, w *npu.Tensor
+	eps    float32
+}
+
+// HCPreNorm is HCPre followed by RMSNorm(normed, collapsed, w, eps) (see
+// npu.HCPreNormer). Where k_hc_fused serves HCPre (a decode step) and its
+// block is k_rmsnorm's for a row of D, the norm runs at the end of that
+// launch, one launch fewer per sublayer with the same bits; elsewhere it
+// is the two ops.
+func (b *Backend) HCPreNorm(normed, collapsed, post, comb, x, fn, base, scale, w *npu.Tensor, p npu.HCParams, eps float32) {
+	if w == nil || x.Rank() != 3 || w.Numel() != x.Dim(2) {
+		panic(fmt.Sprintf("cuda: HCPreNorm weight %v for x %v (one weight per collapsed element)", w, x))
+	}
+	normGroups("HCPreNorm", normed, collapsed, w.Numel())
+	wdt("HCPreNorm", w)
+	var norm *hcNorm
+	if hcNormFused {
+		norm = &hcNorm{normed, w, eps}
+	}
+	if !b.hcPre(collapsed, post, comb, x, fn, base, scale, p, norm) {
+		b.RMSNorm(normed, collapsed, w, eps)
+	}
+}
+
+// hcPre enqueues HCPre and, when norm is not nil and k_hc_fused can end
+// with it, the norm too: it reports whether it did.
+func (b *Backend) hcPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, p npu.HCParams, norm *hcNorm) bool {
 	n := p.Streams
 	if n < 1 || x.Rank() != 3 || x.Dim(1) != n {
 		panic(fmt.Sprintf("cuda: HCPre x %v with %d streams", x, n))
@@ -47,7 +95,7 @@ func (b *Backend) HCPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, p
 	wantFloat("HCPre", base)
 	wantFloat("HCPre", scale)
 	if T == 0 {
-		return
+		return norm != nil
 	}
 	nD := n * D
 	ssOff := (4*T*mix + 7) &^ 7
@@ -62,13 +110,23 @@ func (b *Backend) HCPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, p
 		// the projection, so k_hc_pre's blocks only collapse their slice.
 		ss = mbuf.ptr + uint64(ssOff)
 		if hcFused && vec && n*n <= 32 {
-			// One launch: the projection's last block per token finishes it.
-			b.launch("k_hc_fused", d2(mix+1, T), d1(max(vecThreads(nD/4, true), 64)), 0,
+			// One launch: the projection's last block per token finishes it
+			// (and norms the row when its block is k_rmsnorm's for D).
+			threads := max(vecThreads(nD/4, true), 64)
+			var po, pw uint64
+			var nwdt int
+			var neps float32
+			fused := norm != nil && threads == vecThreads(D, true) && vec4(D, b.ptr(norm.out))
+			if fused {
+				po, pw, nwdt, neps = b.ptr(norm.out), b.ptr(norm.w), dtypeCode(norm.w.DType()), norm.eps
+			}
+			b.launch("k_hc_fused", d2(mix+1, T), d1(threads), 0,
 				pc, b.ptr(post), b.ptr(comb), mbuf.ptr, px, pf,
 				b.ptr(base), pI32(dtypeCode(base.DType())), b.ptr(scale), pI32(dtypeCode(scale.DType())),
-				pI32(n), pI32(D), pI32(p.SinkhornIters), pF32(p.Eps), pF32(p.RMSEps), ss, b.gemvCnt+4*gemvSplitTiles)
+				pI32(n), pI32(D), pI32(p.SinkhornIters), pF32(p.Eps), pF32(p.RMSEps), ss, b.gemvCnt+4*gemvSplitTiles,
+				po, pw, pI32(nwdt), pF32(neps))
 			b.freeBuf(mbuf)
-			return
+			return fused
 		}
 		b.launch("k_hc_proj", d2(mix+1, T), d1(vecThreads(nD/4, true)), 0, mbuf.ptr, px, pf, pI32(nD), pI32(mix), ss)
 		S = hcPreSlices(D, vec)
@@ -81,6 +139,7 @@ func (b *Backend) HCPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, p
 		b.ptr(base), pI32(dtypeCode(base.DType())), b.ptr(scale), pI32(dtypeCode(scale.DType())),
 		pI32(n), pI32(D), pI32(p.SinkhornIters), pF32(p.Eps), pF32(p.RMSEps), pBool(vec), ss)
 	b.freeBuf(mbuf)
+	return false
 }
 
 // hcPreSlices is how many blocks share one token's collapse in k_hc_pre

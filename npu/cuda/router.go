@@ -39,6 +39,15 @@ const (
 	routerMaxK      = 64
 )
 
+// routerFused selects k_router_fused (k_router_scores and k_router in one
+// launch) for up to routerFusedMaxT tokens, a decode step's; false keeps
+// the two launches (tests compare them).
+var routerFused = decodeFusion
+
+// routerFusedMaxT is the most tokens k_router_fused serves (its counters
+// in gemvCnt); more tokens take the two launches.
+const routerFusedMaxT = 16
+
 // Router computes MoE routing for x [T, D] with gate [E, D] and bias [E]
 // (see npu.Ops.Router): one block per token, dot products in fp64.
 func (b *Backend) Router(weights, ids, x, gate, bias *npu.Tensor, p npu.RouterParams) {
@@ -67,6 +76,15 @@ func (b *Backend) Router(weights, ids, x, gate, bias *npu.Tensor, p npu.RouterPa
 		panic(fmt.Sprintf("cuda: Router supports up to %d experts, got %d", (48<<10)/8, E))
 	}
 	scores := b.temp(4 * T * E)
+	if routerFused && T <= routerFusedMaxT {
+		// One launch: each token's last score block selects its experts.
+		b.launch("k_router_fused", d2(T, E), d1(256), shmem,
+			b.ptr(weights), b.ptr(ids), scores.ptr, b.ptr(x), b.ptr(gate), pI32(dtypeCode(gate.DType())), pI32(D),
+			b.ptr(bias), pI32(dtypeCode(bias.DType())), pI32(k), pI32(ng), pI32(p.TopKGroup), pBool(p.Normalize), pF32(p.Scale),
+			b.gemvCnt+4*(gemvSplitTiles+hcProjMaxT))
+		b.freeBuf(scores)
+		return
+	}
 	b.launch("k_router_scores", d2(T, E), d1(256), 0, scores.ptr, b.ptr(x), b.ptr(gate), pI32(dtypeCode(gate.DType())), pI32(D))
 	b.launch("k_router", d1(T), d1(256), shmem,
 		b.ptr(weights), b.ptr(ids), scores.ptr, b.ptr(bias), pI32(dtypeCode(bias.DType())),

@@ -186,8 +186,7 @@ func (m *Model) forwardStep(c *Cache, b *Batch, keep hiddenMode, fs *fixedStep) 
 			continue
 		}
 		lc := &c.Layers[l]
-		be.HCPre(col, post, comb, x, ly.hcAttn.fn, ly.hcAttn.base, ly.hcAttn.scale, m.hc)
-		be.RMSNorm(h, col, ly.inNorm, d.RMSEps)
+		m.hcPreNorm(h, col, post, comb, x, &ly.hcAttn, ly.inNorm)
 		if ly.kda != nil {
 			p.layer = l
 			m.kda(out, h, ly.kda, lc, p.seqs, p)
@@ -198,8 +197,7 @@ func (m *Model) forwardStep(c *Cache, b *Batch, keep hiddenMode, fs *fixedStep) 
 		be.HCPost(y, out, post, comb, x)
 		x, y = y, x
 
-		be.HCPre(col, post, comb, x, ly.hcFFN.fn, ly.hcFFN.base, ly.hcFFN.scale, m.hc)
-		be.RMSNorm(h, col, ly.postNorm, d.RMSEps)
+		m.hcPreNorm(h, col, post, comb, x, &ly.hcFFN, ly.postNorm)
 		if ly.moe != nil {
 			m.moeFFN(out, h, ly.moe, T)
 		} else {
@@ -270,6 +268,18 @@ func (m *Model) forwardStep(c *Cache, b *Batch, keep hiddenMode, fs *fixedStep) 
 		be.Copy(hidden, hn)
 	}
 	return logits, hidden
+}
+
+// hcPreNorm is a sublayer's input side: HCPre of the streams x with w's
+// mixing weights, then the RMSNorm of the collapsed stream col into h,
+// in one backend step where it has one (npu.HCPreNormer).
+func (m *Model) hcPreNorm(h, col, post, comb, x *npu.Tensor, w *hcWeights, norm *npu.Tensor) {
+	if f, ok := m.be.(npu.HCPreNormer); ok {
+		f.HCPreNorm(h, col, post, comb, x, w.fn, w.base, w.scale, norm, m.hc, m.d.RMSEps)
+		return
+	}
+	m.be.HCPre(col, post, comb, x, w.fn, w.base, w.scale, m.hc)
+	m.be.RMSNorm(h, col, norm, m.d.RMSEps)
 }
 
 // kda is a Kimi Delta Attention layer (§4.3) on the normed input h.
@@ -376,6 +386,12 @@ func (m *Model) mlp(out, h *npu.Tensor, w *mlpWeights, T int) {
 	I := w.down.K()
 	gu := m.ws.get("mlp.gateup", npu.F32, T, 2*I)
 	m.linear(gu, h, w.gateUp)
+	if f, ok := m.be.(npu.SwiGLUMatMuler); ok && w.down.q == nil && m.observeLinear == nil {
+		// One step where the backend has it: the SwiGLU rows are formed
+		// as the down projection reads them.
+		f.MatMulSwiGLU(out, gu, w.down.w, m.d.Limit)
+		return
+	}
 	act := m.ws.get("mlp.act", npu.F32, T, I)
 	m.be.SwiGLU(act, gu, m.d.Limit)
 	m.linear(out, act, w.down)

@@ -258,10 +258,13 @@ extern "C" __global__ void k_hc_pre(float *collapsed, float *post, float *comb, 
 // to finish (cnt[t], an atomicInc that wraps back to 0 for the next
 // launch) then forms pre and post, runs the Sinkhorn combination in warp
 // 0 while the warps off its scheduler collapse the streams, with
-// k_hc_pre's arithmetic (the same bits).
+// k_hc_pre's arithmetic (the same bits). With normed != 0 that block
+// then RMS-normalises the collapsed row into normed (weight nw, k_rmsnorm's
+// arithmetic: HCPreNorm, the norm every sublayer applies next).
 extern "C" __global__ void k_hc_fused(float *collapsed, float *post, float *comb, float *m, const float *x, const float *fn,
 				      const void *base, int bdt, const void *scale, int sdt, int n, int D, int iters, float eps,
-				      float rms_eps, double *ss, unsigned *cnt) {
+				      float rms_eps, double *ss, unsigned *cnt, float *normed, const void *nw, int nwdt,
+				      float neps) {
 	pdl_prologue();
 	__shared__ float pre[HC_MAX_STREAMS];
 	__shared__ bool last;
@@ -284,7 +287,7 @@ extern "C" __global__ void k_hc_fused(float *collapsed, float *post, float *comb
 		post[(i64)t * n + tid] = 2.0f * sigmoidf_((__ldcg(mt + n + tid) * r) * s1 + ldf(base, n + tid, bdt));
 	}
 	__syncthreads(); // pre
-	const int nn = n * n;
+	const int nn = n * n, w = tid >> 5, nw4 = blockDim.x >> 5;
 	if (tid < 32) {
 		const int ri = tid / n, cj = tid - ri * n;
 		const float z0 = tid < nn ? (__ldcg(mt + 2 * n + tid) * r) * ldf(scale, 2, sdt) + ldf(base, 2 * n + tid, bdt) : 0.0f;
@@ -292,19 +295,20 @@ extern "C" __global__ void k_hc_fused(float *collapsed, float *post, float *comb
 		if (tid < nn) {
 			comb[(i64)t * nn + tid] = v;
 		}
+	} else if ((w & 3) != 0) {
+		// The collapse runs on the warps that do not share warp 0's
+		// scheduler (warp w on sub-partition w % 4): issuing beside the
+		// Sinkhorn's chain of shuffles and divisions doubled its latency.
+		const int ci = (w - (w >> 2) - 1) * 32 + (tid & 31), cn = (nw4 - (nw4 + 3) / 4) * 32;
+		const float4 *x4 = (const float4 *)(x + (i64)t * nD);
+		float4 *c4 = (float4 *)(collapsed + (i64)t * D);
+		hc_collapse4(c4, x4, pre, n, D >> 2, ci, D >> 2, cn);
+	}
+	if (normed == 0) {
 		return;
 	}
-	// The collapse runs on the warps that do not share warp 0's scheduler
-	// (warp w on sub-partition w % 4): issuing beside the Sinkhorn's
-	// chain of shuffles and divisions doubled its latency.
-	const int w = tid >> 5, nw = blockDim.x >> 5;
-	if ((w & 3) == 0) {
-		return;
-	}
-	const int ci = (w - (w >> 2) - 1) * 32 + (tid & 31), cn = (nw - (nw + 3) / 4) * 32;
-	const float4 *x4 = (const float4 *)(x + (i64)t * nD);
-	float4 *c4 = (float4 *)(collapsed + (i64)t * D);
-	hc_collapse4(c4, x4, pre, n, D >> 2, ci, D >> 2, cn);
+	__syncthreads(); // the collapse's stores, read back by other threads
+	rmsnorm_row(normed + (i64)t * D, collapsed + (i64)t * D, nw, nwdt, D, neps, true);
 }
 
 // k_hc_post: out[t, j, d] = sum_i comb[t, i, j] x[t, i, d] + post[t, j] y[t, d].

@@ -18,9 +18,9 @@ __device__ __forceinline__ u64 rank_key(float v, int i) {
 // expert e for token t (the dot product accumulated in fp64) into
 // scores [T, E]. One block per (token, expert), so a decode step's few
 // tokens still spread the gate's rows over the GPU.
-extern "C" __global__ void k_router_scores(float *scores, const float *x, const void *gate, int gdt, int D) {
-	pdl_prologue();
-	const int t = blockIdx.x, e = blockIdx.y, E = gridDim.y;
+// router_score is block (t, e) of k_router_scores: the sigmoid score of
+// expert e for token t, the dot product accumulated in fp64.
+__device__ __forceinline__ void router_score(float *scores, const float *x, const void *gate, int gdt, int D, int t, int e, int E) {
 	const float *xt = x + (i64)t * D;
 	const i64 go = (i64)e * D;
 	double acc = 0;
@@ -44,18 +44,23 @@ extern "C" __global__ void k_router_scores(float *scores, const float *x, const 
 	}
 }
 
+extern "C" __global__ void k_router_scores(float *scores, const float *x, const void *gate, int gdt, int D) {
+	pdl_prologue();
+	router_score(scores, x, gate, gdt, D, blockIdx.x, blockIdx.y, gridDim.y);
+}
+
 // k_router: the selection for token t from its scores [T, E]
 // (k_router_scores), bias [E] (dtype bdt); weights [T, k], ids [T, k].
-extern "C" __global__ void k_router(float *weights, int *ids, const float *scores, const void *bias, int bdt, int E,
-				    int k, int ngroup, int topk_group, int normalize, float scale) {
-	pdl_prologue();
-	extern __shared__ float sh[];
+// router_select is k_router's block for token t (every thread calls it;
+// sh: 2*E floats of dynamic shared memory).
+__device__ __forceinline__ void router_select(float *weights, int *ids, const float *scores, const void *bias, int bdt,
+					      int E, int k, int ngroup, int topk_group, int normalize, float scale, int t,
+					      float *sh) {
 	float *s = sh;      // [E] sigmoid scores
 	float *sb = sh + E; // [E] biased scores, -Inf outside the chosen groups
 	__shared__ int order[ROUTER_MAX_K];
-	const int t = blockIdx.x;
 	for (int e = threadIdx.x; e < E; e += blockDim.x) {
-		const float v = scores[(i64)t * E + e];
+		const float v = __ldcg(scores + (i64)t * E + e);
 		s[e] = v;
 		sb[e] = v + ldf(bias, e, bdt);
 	}
@@ -140,4 +145,37 @@ extern "C" __global__ void k_router(float *weights, int *ids, const float *score
 			ids[(i64)t * k + j] = order[j];
 		}
 	}
+}
+
+extern "C" __global__ void k_router(float *weights, int *ids, const float *scores, const void *bias, int bdt, int E,
+				    int k, int ngroup, int topk_group, int normalize, float scale) {
+	pdl_prologue();
+	extern __shared__ float sh[];
+	router_select(weights, ids, scores, bias, bdt, E, k, ngroup, topk_group, normalize, scale, blockIdx.x, sh);
+}
+
+// k_router_fused: k_router_scores and k_router in one launch for a
+// decode step's few tokens: grid (T, E), block (t, e) forms token t's
+// score of expert e; the last of token t's blocks to finish (cnt[t], an
+// atomicInc that wraps back to 0 for the next launch) then selects its
+// experts as k_router does (the same bits). Dynamic shared memory: 2*E
+// floats.
+extern "C" __global__ void k_router_fused(float *weights, int *ids, float *scores, const float *x, const void *gate,
+					  int gdt, int D, const void *bias, int bdt, int k, int ngroup, int topk_group,
+					  int normalize, float scale, unsigned *cnt) {
+	pdl_prologue();
+	extern __shared__ float sh[];
+	__shared__ bool last;
+	const int t = blockIdx.x, E = gridDim.y;
+	router_score(scores, x, gate, gdt, D, t, blockIdx.y, E);
+	if (threadIdx.x == 0) {
+		__threadfence(); // this block's score before its count
+		last = atomicInc(cnt + t, E - 1) == E - 1;
+	}
+	__syncthreads();
+	if (!last) {
+		return;
+	}
+	__threadfence();
+	router_select(weights, ids, scores, bias, bdt, E, k, ngroup, topk_group, normalize, scale, t, sh);
 }
