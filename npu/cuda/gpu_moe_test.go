@@ -45,10 +45,19 @@ var moeCases = []moeCase{
 
 func TestGPUMoE(t *testing.T) {
 	h := newBoth(t, 21)
+	defer func(p int) { moeTCParts = p }(moeTCParts)
 	for _, c := range moeCases {
 		for _, wdt := range floatTypes {
-			for _, limit := range []float32{0, 1.5} {
-				name := fmt.Sprintf("MoE %+v w=%v limit=%v", c, wdt, limit)
+			for _, f := range []struct {
+				limit float32
+				parts int // of the tiled tensor-core GEMM's activations (BF16)
+			}{{0, 2}, {1.5, 2}, {1.5, 3}} {
+				if f.parts == 3 && wdt != npu.BF16 {
+					continue
+				}
+				limit := f.limit
+				moeTCParts = f.parts
+				name := fmt.Sprintf("MoE %+v w=%v limit=%v parts=%d", c, wdt, limit, moeTCParts)
 				x := h.rand(npu.F32, 1, c.T, c.D)
 				gu := h.rand(wdt, 0.2, c.E, 2*c.I, c.D)
 				dn := h.rand(wdt, 0.2, c.E, c.D, c.I)

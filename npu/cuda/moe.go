@@ -116,7 +116,11 @@ func (b *Backend) gemmF(c, a, tok, w uint64, wdt int, scale uint64, group int, r
 	}
 	if wdt == dtypeCode(npu.BF16) && group == 0 && moeTensorCores {
 		vec := K%8 == 0 && a%16 == 0 && w%16 == 0
-		b.launch("k_moe_gemm_tc", d2((N+moeTCBN-1)/moeTCBN, ys), d1(256), 0,
+		name := "k_moe_gemm_tc2"
+		if moeTCParts == 3 {
+			name = "k_moe_gemm_tc"
+		}
+		b.launch(name, d2((N+moeTCBN-1)/moeTCBN, ys), d1(256), 0,
 			c, a, tok, w, tiles, ntiles, off, pI32(M), pI32(N), pI32(K), pBool(vec))
 		return
 	}
@@ -286,6 +290,16 @@ func gemvSplitK(N, K int) int {
 // for BF16 experts (k_moe_gemm_tc: split-precision activations, fp32
 // accumulation); the fp32 CUDA-core form serves the other dtypes.
 const moeTensorCores = true
+
+// EnvMoEParts is moeTCParts' variable ("3": k_moe_gemm_tc).
+const EnvMoEParts = "NPUSERVE_CUDA_MOE_PARTS"
+
+// moeTCParts is the number of bf16 parts the tiled tensor-core MoE GEMM
+// splits its fp32 activations into: 2 (k_moe_gemm_tc2, hi and lo: 16
+// bits, two thirds of the MMAs; the default) or 3 (k_moe_gemm_tc, all 24
+// bits). Either is within the BF16 weights' rounding of fp32 arithmetic;
+// the decode GEMVs keep three.
+var moeTCParts = envInt(EnvMoEParts, 2, 2, 3)
 
 // moeBN is the column tile of the tiled GEMMs (MOE_BN, QI8_BN).
 const moeBN = 64

@@ -503,6 +503,17 @@ __device__ __forceinline__ void split3x2(float a, float b, u32 &hi, u32 &mid, u3
 	lo = bf2(ra - bf2_lo(mid), rb - bf2_hi(mid));
 }
 
+// split2x2 writes the pair (a, b) as two packed bf16 pairs with a = hi +
+// lo to 16 bits (k_moe_gemm_tc2), likewise b; a non-finite value is
+// carried by hi alone, as in split3x2.
+__device__ __forceinline__ void split2x2(float a, float b, u32 &hi, u32 &lo) {
+	hi = bf2(a, b);
+	float ra = a - bf2_lo(hi), rb = b - bf2_hi(hi);
+	ra = ra == ra ? ra : 0.0f;
+	rb = rb == rb ? rb : 0.0f;
+	lo = bf2(ra, rb);
+}
+
 // cp_async16 copies 16 bytes from global to shared memory asynchronously
 // (cp.async.cg: through L2 only), filling with zeros when bytes is 0.
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes) {

@@ -189,9 +189,14 @@ extern "C" __global__ __launch_bounds__(256) void k_moe_gemm_f(float *C, const f
 // loaded into registers while this one's MMAs run. vec (host-checked: K %
 // 8 == 0, lda % 4 == 0, A and W 16-byte aligned) loads 8 elements at a
 // time.
+//
+// P = 2 (k_moe_gemm_tc2) keeps two parts (hi, lo = bf16(a - hi): 16 bits
+// of a, split2x2): two thirds of the MMAs and of the A tile's shared
+// memory, results within bf16 weights' rounding of fp32's.
+template <int P>
 __device__ __forceinline__ void gemm_tc_tile(float *C, i64 ldc, const float *A, i64 lda, const int *tok,
 					     const u16 *W, int N, int K, int r0, int r1, int n0, int vec) {
-	__shared__ __align__(16) u16 As[3][MOE_BM][MOE_TK + MOE_TP];
+	__shared__ __align__(16) u16 As[P][MOE_BM][MOE_TK + MOE_TP];
 	__shared__ __align__(16) u16 Bs[MOE_TBN][MOE_TK + MOE_TP];
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
@@ -260,11 +265,18 @@ __device__ __forceinline__ void gemm_tc_tile(float *C, i64 ldc, const float *A, 
 #pragma unroll
 		for (int i = 0; i < 8 * AR; i += 2) {
 			const int c = lk + 32 * (i >> 3) + (i & 7);
-			u32 hi, mid, lo;
-			split3x2(a[i], a[i + 1], hi, mid, lo);
-			*(u32 *)&As[0][lr][c] = hi;
-			*(u32 *)&As[1][lr][c] = mid;
-			*(u32 *)&As[2][lr][c] = lo;
+			if (P == 3) {
+				u32 hi, mid, lo;
+				split3x2(a[i], a[i + 1], hi, mid, lo);
+				*(u32 *)&As[0][lr][c] = hi;
+				*(u32 *)&As[1][lr][c] = mid;
+				*(u32 *)&As[P - 1][lr][c] = lo;
+			} else {
+				u32 hi, lo;
+				split2x2(a[i], a[i + 1], hi, lo);
+				*(u32 *)&As[0][lr][c] = hi;
+				*(u32 *)&As[P - 1][lr][c] = lo;
+			}
 		}
 #pragma unroll
 		for (int i = 0; i < 8 * WV; i += 2) {
@@ -285,7 +297,7 @@ __device__ __forceinline__ void gemm_tc_tile(float *C, i64 ldc, const float *A, 
 				b[j][1] = *(const u32 *)&Bs[nn][c0 + 8];
 			}
 #pragma unroll
-			for (int p = 2; p >= 0; p--) { // smallest part first
+			for (int p = P - 1; p >= 0; p--) { // smallest part first
 #pragma unroll
 				for (int m = 0; m < 2; m++) {
 					u32 a0, a1, a2, a3;
@@ -331,7 +343,20 @@ extern "C" __global__ __launch_bounds__(256) void k_moe_gemm_tc(float *C, const 
 	if (!moe_tile(tiles, ntiles, off, M, MOE_BM, e, r0, r1)) {
 		return;
 	}
-	gemm_tc_tile(C, N, A, K, tok, W + (i64)e * N * K, N, K, r0, r1, blockIdx.x * MOE_TBN, vec);
+	gemm_tc_tile<3>(C, N, A, K, tok, W + (i64)e * N * K, N, K, r0, r1, blockIdx.x * MOE_TBN, vec);
+}
+
+// k_moe_gemm_tc2 is k_moe_gemm_tc on two-part activations (gemm_tc_tile
+// with P = 2): the prefill MoE GEMMs.
+extern "C" __global__ __launch_bounds__(256) void k_moe_gemm_tc2(float *C, const float *A, const int *tok,
+								 const u16 *W, const int *tiles, const int *ntiles,
+								 const int *off, int M, int N, int K, int vec) {
+	pdl_prologue();
+	int e, r0, r1;
+	if (!moe_tile(tiles, ntiles, off, M, MOE_BM, e, r0, r1)) {
+		return;
+	}
+	gemm_tc_tile<2>(C, N, A, K, tok, W + (i64)e * N * K, N, K, r0, r1, blockIdx.x * MOE_TBN, vec);
 }
 
 // k_gemm_tc_strided is a strided batch of dense tensor-core GEMMs
@@ -346,7 +371,7 @@ extern "C" __global__ __launch_bounds__(256) void k_gemm_tc_strided(float *C, i6
 	pdl_prologue();
 	const i64 z = blockIdx.z;
 	const int r0 = blockIdx.y * MOE_BM;
-	gemm_tc_tile(C + z * sc, ldc, A + z * sa, lda, 0, W + z * sw, N, K, r0, min(M, r0 + MOE_BM), blockIdx.x * MOE_TBN,
+	gemm_tc_tile<3>(C + z * sc, ldc, A + z * sa, lda, 0, W + z * sw, N, K, r0, min(M, r0 + MOE_BM), blockIdx.x * MOE_TBN,
 		     vec);
 }
 
