@@ -368,9 +368,33 @@ func TestGPUHC(t *testing.T) {
 		if string(a) != string(b2) {
 			t.Errorf("HCPreNorm %s: differs from HCPre + RMSNorm", name)
 		}
-		h.free(nw, normed, two)
 		y := h.rand(npu.F32, 1, c.T, c.D)
 		out := h.zeros(npu.F32, c.T, c.n, c.D)
+		// HCPostPreNorm (k_hc_postpre where it applies) against the CPU's
+		// HCPost, HCPre, RMSNorm, and against HCPost then HCPreNorm on the
+		// device: the new streams bit for bit (k_hc_post's arithmetic).
+		post2, comb2 := h.zeros(npu.F32, c.T, c.n), h.zeros(npu.F32, c.T, c.n, c.n)
+		h.g.HCPostPreNorm(out.g, y.g, post.g, comb.g, x.g, normed.g, col.g, post2.g, comb2.g, fn.g, base.g, scale.g, nw.g, p, 1e-6)
+		cpuBE.HCPost(out.c, y.c, post.c, comb.c, x.c)
+		cpuBE.HCPre(col.c, post2.c, comb2.c, out.c, fn.c, base.c, scale.c, p)
+		cpuBE.RMSNorm(normed.c, col.c, nw.c, 1e-6)
+		for _, q := range []struct {
+			what string
+			p    pair
+		}{{"streams", out}, {"collapsed", col}, {"post", post2}, {"comb", comb2}, {"normed", normed}} {
+			h.close("HCPostPreNorm "+q.what+" "+name, q.p, 1e-5)
+		}
+		fusedStreams, _ := h.bytes(out)
+		hcPostPreFused = false
+		h.g.HCPostPreNorm(out.g, y.g, post.g, comb.g, x.g, two.g, col.g, post2.g, comb2.g, fn.g, base.g, scale.g, nw.g, p, 1e-6)
+		hcPostPreFused = true
+		if unfused, _ := h.bytes(out); !bytes.Equal(fusedStreams, unfused) {
+			t.Errorf("HCPostPreNorm %s: the new streams differ from HCPost's", name)
+		}
+		fusedNorm, _ := h.floats(normed)
+		twoNorm, _ := h.floats(two)
+		h.closeVals("HCPostPreNorm normed against HCPost + HCPreNorm "+name, fusedNorm, twoNorm, 1e-6, rms(twoNorm))
+		h.free(nw, normed, two, post2, comb2)
 		h.g.HCPost(out.g, y.g, post.g, comb.g, x.g)
 		cpuBE.HCPost(out.c, y.c, post.c, comb.c, x.c)
 		h.close("HCPost "+name, out, 1e-5)

@@ -73,6 +73,65 @@ func (b *Backend) HCPreNorm(normed, collapsed, post, comb, x, fn, base, scale, w
 	}
 }
 
+// hcPostPreFused selects k_hc_postpre for HCPostPreNorm where it applies;
+// false runs HCPost then HCPreNorm (tests compare them).
+var hcPostPreFused = decodeFusion
+
+// HCPostPreNorm is HCPost(xn, y, post0, comb0, x) then HCPreNorm(normed,
+// collapsed, post, comb, xn, fn, base, scale, w, p, eps) (see
+// npu.HCPostPreNormer). For a decode step's few tokens (4 streams or so,
+// float4 rows, F32 fn) it is one launch, k_hc_postpre: G blocks per token
+// form the new streams and partial sums of the projection, the last one
+// finishes the token. Elsewhere it is the two ops.
+func (b *Backend) HCPostPreNorm(xn, y, post0, comb0, x, normed, collapsed, post, comb, fn, base, scale, w *npu.Tensor, p npu.HCParams, eps float32) {
+	n := p.Streams
+	if x.Rank() != 3 || xn.Rank() != 3 || xn.Dim(0) != x.Dim(0) || xn.Dim(1) != x.Dim(1) || xn.Dim(2) != x.Dim(2) {
+		panic(fmt.Sprintf("cuda: HCPostPreNorm xn %v for x %v", xn, x))
+	}
+	T, D := x.Dim(0), x.Dim(2)
+	mix := (2 + n) * n
+	fits := hcPostPreFused && T > 0 && T <= hcProjMaxT && n >= 1 && n*n <= 32 && x.Dim(1) == n && D%4 == 0 &&
+		fn.DType() == npu.F32 && fn.Numel() == mix*n*D && w != nil && w.Numel() == D &&
+		vec4(D, b.ptr(xn), b.ptr(x), b.ptr(y), b.ptr(collapsed), b.ptr(normed), b.ptr(fn))
+	if !fits {
+		b.HCPost(xn, y, post0, comb0, x)
+		b.HCPreNorm(normed, collapsed, post, comb, xn, fn, base, scale, w, p, eps)
+		return
+	}
+	// The ops' checks, before anything is enqueued.
+	if y.Numel() != T*D || post0.Numel() != T*n || comb0.Numel() != T*n*n || post.Numel() != T*n || comb.Numel() != T*n*n ||
+		collapsed.Numel() != T*D || base.Numel() != mix || scale.Numel() != 3 {
+		panic(fmt.Sprintf("cuda: HCPostPreNorm y %v post %v/%v comb %v/%v collapsed %v base %v scale %v for x %v",
+			y, post0, post, comb0, comb, collapsed, base, scale, x))
+	}
+	if b.ptr(post) == b.ptr(post0) || b.ptr(comb) == b.ptr(comb0) {
+		panic("cuda: HCPostPreNorm post and comb alias post0 and comb0")
+	}
+	wantF32("HCPostPreNorm", xn, y, post0, comb0, x, collapsed, post, comb)
+	wantFloat("HCPostPreNorm", base)
+	wantFloat("HCPostPreNorm", scale)
+	normGroups("HCPostPreNorm", normed, collapsed, D)
+	wdt("HCPostPreNorm", w)
+	G := hcPostPreBlocks(n * D)
+	part := b.temp(8 * T * G * (mix + 1))
+	b.launch("k_hc_postpre", d2(G, T), d1(hcPostPreThreads), 0,
+		b.ptr(xn), b.ptr(y), b.ptr(post0), b.ptr(comb0), b.ptr(x), b.ptr(collapsed), b.ptr(post), b.ptr(comb), b.ptr(fn),
+		b.ptr(base), pI32(dtypeCode(base.DType())), b.ptr(scale), pI32(dtypeCode(scale.DType())),
+		pI32(n), pI32(D), pI32(p.SinkhornIters), pF32(p.Eps), pF32(p.RMSEps), part.ptr, b.gemvCnt+4*gemvSplitTiles,
+		b.ptr(normed), b.ptr(w), pI32(dtypeCode(w.DType())), pF32(eps))
+	b.freeBuf(part)
+}
+
+// hcPostPreThreads is k_hc_postpre's block size.
+const hcPostPreThreads = 256
+
+// hcPostPreBlocks is k_hc_postpre's blocks per token for nD stream
+// elements: one element per thread, from 8 to 128 blocks (the slice's 4
+// streams of 4096: 64, each reading 1/64 of the projection's weights).
+func hcPostPreBlocks(nD int) int {
+	return min(max((nD+hcPostPreThreads-1)/hcPostPreThreads, 8), 128)
+}
+
 // hcPre enqueues HCPre and, when norm is not nil and k_hc_fused can end
 // with it, the norm too: it reports whether it did.
 func (b *Backend) hcPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, p npu.HCParams, norm *hcNorm) bool {

@@ -173,10 +173,13 @@ func (m *Model) forwardStep(c *Cache, b *Batch, keep hiddenMode, fs *fixedStep) 
 		clear(lo, hi)
 	}
 
-	col := m.ws.get("hc.collapsed", npu.F32, T, d.D)
-	post := m.ws.get("hc.post", npu.F32, T, d.n)
-	comb := m.ws.get("hc.comb", npu.F32, T, d.n, d.n)
-	h := m.ws.get("h", npu.F32, T, d.D)
+	hc := &hcRun{m: m, x: x, y: y,
+		col:  m.ws.get("hc.collapsed", npu.F32, T, d.D),
+		h:    m.ws.get("h", npu.F32, T, d.D),
+		post: [2]*npu.Tensor{m.ws.get("hc.post", npu.F32, T, d.n), m.ws.get("hc.post2", npu.F32, T, d.n)},
+		comb: [2]*npu.Tensor{m.ws.get("hc.comb", npu.F32, T, d.n, d.n), m.ws.get("hc.comb2", npu.F32, T, d.n, d.n)},
+	}
+	h := hc.h
 	out := m.ws.get("sublayer", npu.F32, T, d.D)
 	for l, ly := range m.layers {
 		if T == 0 {
@@ -186,7 +189,7 @@ func (m *Model) forwardStep(c *Cache, b *Batch, keep hiddenMode, fs *fixedStep) 
 			continue
 		}
 		lc := &c.Layers[l]
-		m.hcPreNorm(h, col, post, comb, x, &ly.hcAttn, ly.inNorm)
+		hc.pre(&ly.hcAttn, ly.inNorm)
 		if ly.kda != nil {
 			p.layer = l
 			m.kda(out, h, ly.kda, lc, p.seqs, p)
@@ -194,22 +197,23 @@ func (m *Model) forwardStep(c *Cache, b *Batch, keep hiddenMode, fs *fixedStep) 
 			m.dsa(out, h, ly, lc, b, p)
 		}
 		m.tpAllReduce(out)
-		be.HCPost(y, out, post, comb, x)
-		x, y = y, x
+		hc.deferPost(out)
 
-		m.hcPreNorm(h, col, post, comb, x, &ly.hcFFN, ly.postNorm)
+		hc.pre(&ly.hcFFN, ly.postNorm)
 		if ly.moe != nil {
 			m.moeFFN(out, h, ly.moe, T)
 		} else {
 			m.mlp(out, h, ly.mlp, T)
 		}
 		m.tpAllReduce(out)
-		be.HCPost(y, out, post, comb, x)
-		x, y = y, x
+		hc.deferPost(out)
 		if b.Observe != nil {
-			b.Observe(l, x)
+			hc.flush()
+			b.Observe(l, hc.x)
 		}
 	}
+	hc.flush()
+	x = hc.x
 
 	R := p.nLogits
 	var logits *npu.Tensor
@@ -268,6 +272,51 @@ func (m *Model) forwardStep(c *Cache, b *Batch, keep hiddenMode, fs *fixedStep) 
 		be.Copy(hidden, hn)
 	}
 	return logits, hidden
+}
+
+// hcRun carries the residual streams through the layers. deferPost defers a
+// sublayer's HCPost so that the next pre can run it together with that
+// sublayer's HCPreNorm where the backend has the fused step
+// (npu.HCPostPreNormer); flush runs a deferred HCPost alone. The two
+// post/comb pairs alternate: a sublayer's HCPost reads the pair its HCPre
+// wrote while the next HCPre writes the other.
+type hcRun struct {
+	m          *Model
+	x, y       *npu.Tensor // the streams [T, n, D] and the other buffer
+	col, h     *npu.Tensor // the collapsed stream and its norm
+	post, comb [2]*npu.Tensor
+	cur        int         // the pair the last HCPre wrote
+	pending    *npu.Tensor // the sublayer output whose HCPost is deferred, or nil
+}
+
+// pre is a sublayer's input side: h = RMSNorm(HCPre(x)) with w's mixing
+// weights and the norm weight norm, after the deferred HCPost.
+func (r *hcRun) pre(w *hcWeights, norm *npu.Tensor) {
+	m, next := r.m, r.cur^1
+	if r.pending != nil {
+		if f, ok := m.be.(npu.HCPostPreNormer); ok {
+			f.HCPostPreNorm(r.y, r.pending, r.post[r.cur], r.comb[r.cur], r.x,
+				r.h, r.col, r.post[next], r.comb[next], w.fn, w.base, w.scale, norm, m.hc, m.d.RMSEps)
+			r.x, r.y, r.pending, r.cur = r.y, r.x, nil, next
+			return
+		}
+		r.flush()
+	}
+	m.hcPreNorm(r.h, r.col, r.post[next], r.comb[next], r.x, w, norm)
+	r.cur = next
+}
+
+// deferPost postpones the HCPost of the sublayer output out (which must not
+// be overwritten before the next pre or flush).
+func (r *hcRun) deferPost(out *npu.Tensor) { r.pending = out }
+
+// flush runs the deferred HCPost, if any: x becomes the new streams.
+func (r *hcRun) flush() {
+	if r.pending == nil {
+		return
+	}
+	r.m.be.HCPost(r.y, r.pending, r.post[r.cur], r.comb[r.cur], r.x)
+	r.x, r.y, r.pending = r.y, r.x, nil
 }
 
 // hcPreNorm is a sublayer's input side: HCPre of the streams x with w's

@@ -8,12 +8,21 @@ import (
 	"github.com/npuserve/npuserve/npu/cpu"
 )
 
-// hcNormRecorder is the CPU backend with npu.HCPreNormer and
-// npu.SwiGLUMatMuler, counting the calls and doing what the interfaces
-// say: HCPre then RMSNorm, SwiGLU then MatMul.
+// hcNormRecorder is the CPU backend with npu.HCPreNormer,
+// npu.HCPostPreNormer and npu.SwiGLUMatMuler, counting the calls and
+// doing what the interfaces say: HCPre then RMSNorm, HCPost then
+// HCPreNorm, SwiGLU then MatMul.
 type hcNormRecorder struct {
 	npu.Backend
-	calls, swiglu int
+	calls, postPre, swiglu int
+	aliased               bool // an HCPostPreNorm whose new post or comb was its old one
+}
+
+func (r *hcNormRecorder) HCPostPreNorm(xn, y, post0, comb0, x, normed, collapsed, post, comb, fn, base, scale, w *npu.Tensor, p npu.HCParams, eps float32) {
+	r.postPre++
+	r.aliased = r.aliased || post == post0 || comb == comb0
+	r.HCPost(xn, y, post0, comb0, x)
+	r.HCPreNorm(normed, collapsed, post, comb, xn, fn, base, scale, w, p, eps)
 }
 
 func (r *hcNormRecorder) MatMulSwiGLU(out, gateUp, w *npu.Tensor, limit float32) {
@@ -30,10 +39,12 @@ func (r *hcNormRecorder) HCPreNorm(normed, collapsed, post, comb, x, fn, base, s
 	r.RMSNorm(normed, collapsed, w, eps)
 }
 
-// TestFusedOpsUsed: on a backend with npu.HCPreNormer and
-// npu.SwiGLUMatMuler every sublayer's input side (two per layer and step)
-// and every dense MLP's down projection (the shared experts' too) go
-// through them, and the logits are those of the two-op paths.
+// TestFusedOpsUsed: on a backend with npu.HCPreNormer,
+// npu.HCPostPreNormer and npu.SwiGLUMatMuler every sublayer's input side
+// (two per layer and step; all but the first with the previous
+// sublayer's HCPost) and every dense MLP's down projection (the shared
+// experts' too) go through them, and the logits are those of the
+// unfused ops.
 func TestFusedOpsUsed(t *testing.T) {
 	cfg := testConfig(t, nil)
 	rec := &hcNormRecorder{Backend: cpu.New(1)}
@@ -50,6 +61,12 @@ func TestFusedOpsUsed(t *testing.T) {
 	steps := (len(toks) + 3) / 4
 	if n := 2 * cfg.NumHiddenLayers * steps; rec.calls != n {
 		t.Errorf("HCPreNorm called %d times, want %d (2 per layer, %d steps)", rec.calls, n, steps)
+	}
+	if n := (2*cfg.NumHiddenLayers - 1) * steps; rec.postPre != n {
+		t.Errorf("HCPostPreNorm called %d times, want %d (every sublayer's input side but the first, %d steps)", rec.postPre, n, steps)
+	}
+	if rec.aliased {
+		t.Error("HCPostPreNorm got its old post or comb as the new one")
 	}
 	mlps := 0
 	for _, ly := range fused.layers {
