@@ -101,7 +101,7 @@ func TestGPUThroughput(t *testing.T) {
 func TestGPUDecodeGEMV(t *testing.T) {
 	g := newGPUBench(t)
 	b, alloc := g.b, g.alloc
-	defer func(e bool, ct int) { gemvTC, gemvEarly, gemvTiles = true, e, ct }(gemvEarly, gemvTiles)
+	defer func(e bool) { gemvTC, gemvEarly = true, e }(gemvEarly)
 	copyGBs := g.copyRate()
 	t.Logf("device copy rate %.0f GB/s (read + write)", copyGBs)
 	for _, s := range []struct {
@@ -132,15 +132,12 @@ func TestGPUDecodeGEMV(t *testing.T) {
 		}
 		xm, om := alloc(npu.F32, s.M, s.K), alloc(npu.F32, s.M, s.N)
 		b.Fill(xm, 0.01)
-		for _, f := range []struct {
-			tc, early bool
-			tiles     int
-		}{{true, false, 2}, {true, true, 2}, {true, true, 1}, {false, false, 2}} {
+		for _, f := range []struct{ tc, early bool }{{true, false}, {true, true}, {false, false}} {
 			tc := f.tc
 			if f.early && s.M > gemvMaxM {
 				continue
 			}
-			gemvTC, gemvEarly, gemvTiles = tc, f.early, f.tiles
+			gemvTC, gemvEarly = tc, f.early
 			// Above gemvMaxM MatMul takes cuBLASLt either way; the
 			// gemvTC row calls k_gemv_tc16 itself (passes of 16 rows,
 			// each pass reading the weights again, from L2 where they
@@ -156,10 +153,9 @@ func TestGPUDecodeGEMV(t *testing.T) {
 				i++
 			})
 			gbs := float64(wbytes) / ms / 1e6
-			g.t.Logf("MatMul bf16 %-26s M=%-2d gemvTC=%-5v early=%-5v tiles=%d %8.3f ms  %6.0f GB/s of weights  %.2f of copy",
-				s.name, s.M, tc, f.early, f.tiles, ms, gbs, gbs/copyGBs)
+			g.t.Logf("MatMul bf16 %-26s M=%-2d gemvTC=%-5v early=%-5v %8.3f ms  %6.0f GB/s of weights  %.2f of copy",
+				s.name, s.M, tc, f.early, ms, gbs, gbs/copyGBs)
 		}
-		gemvTiles = 2
 		gemvEarly = false
 		if s.M == 1 && s.N <= 4096 {
 			// Warps per block other than gemvWarps' choice (the
@@ -303,7 +299,7 @@ func TestGPUDecodeHC(t *testing.T) {
 	b.Fill(nw, 1)
 	b.Fill(ysub, 0.25)
 	p := npu.HCParams{Streams: n, SinkhornIters: 20, Eps: 1e-6, RMSEps: 1e-6}
-	defer func() { hcPostPreFused, hcNormFused = true, true }()
+	defer func(a, b bool) { hcPostPreFused, hcNormFused = a, b }(hcPostPreFused, hcNormFused)
 	for _, f := range []struct {
 		name           string
 		postPre, normd bool

@@ -17,7 +17,7 @@ import (
 
 func TestGPUGEMV(t *testing.T) {
 	h := newBoth(t, 31)
-	defer func(e bool, ct int) { gemvTC, gemvEarly, gemvTiles = true, e, ct }(gemvEarly, gemvTiles)
+	defer func(e bool) { gemvTC, gemvEarly = true, e }(gemvEarly)
 	for _, c := range []struct {
 		name    string
 		M, N, K int
@@ -51,12 +51,9 @@ func TestGPUGEMV(t *testing.T) {
 		o := h.zeros(npu.F32, c.M, c.N)
 		cpuBE.MatMul(o.c, x.c, w.c)
 		var late []float32
-		for _, f := range []struct {
-			tc, early bool
-			tiles     int
-		}{{true, false, 2}, {true, true, 2}, {true, false, 1}, {false, false, 2}} {
-			gemvTC, gemvEarly, gemvTiles = f.tc, f.early, f.tiles
-			name := fmt.Sprintf("MatMul %s M=%d N=%d K=%d gemvTC=%v early=%v tiles/block=%d", c.name, c.M, c.N, c.K, f.tc, f.early, f.tiles)
+		for _, f := range []struct{ tc, early bool }{{true, false}, {true, true}, {false, false}} {
+			gemvTC, gemvEarly = f.tc, f.early
+			name := fmt.Sprintf("MatMul %s M=%d N=%d K=%d gemvTC=%v early=%v", c.name, c.M, c.N, c.K, f.tc, f.early)
 			h.g.Fill(o.g, float32(math.NaN())) // every element must be written
 			h.g.MatMul(o.g, x.g, w.g)
 			h.sync()
@@ -66,12 +63,10 @@ func TestGPUGEMV(t *testing.T) {
 			}
 			h.matmulErr(name, o, x, w, c.M, c.N, c.K, 2e-5)
 			switch {
-			case f.tc && !f.early && f.tiles == 2:
+			case f.tc && !f.early:
 				late = g
 			case f.early && !slices.Equal(g, late):
 				t.Errorf("%s: the early weight loads changed the result", name)
-			case f.tc && f.tiles == 1 && !slices.Equal(g, late):
-				t.Errorf("%s: one column tile per block changed the result", name)
 			}
 		}
 		h.free(x, w, o)
@@ -133,7 +128,7 @@ func TestGPUGEMVDeterministic(t *testing.T) {
 // MoEQ (W8A8_DYNAMIC, k_gemv_i8) on the same routings.
 func TestGPUMoEDecode(t *testing.T) {
 	h := newBoth(t, 33)
-	defer func(ct int) { gemvTC, moeSwiGLUFused, gemvTiles = true, true, ct }(gemvTiles)
+	defer func(f bool) { gemvTC, moeSwiGLUFused = true, f }(moeSwiGLUFused)
 	// Expert 0 takes all but one assignment of each token (repeats, as
 	// the CPU allows), so it has (k-1)T rows: more than a 64-row tile.
 	crowd := func(T, k int) []int32 {
@@ -172,12 +167,9 @@ func TestGPUMoEDecode(t *testing.T) {
 		x := h.rand(npu.F32, 1, c.T, c.D)
 		w := h.rand(npu.F32, 0.5, c.T, c.k)
 		var fusedBits []byte
-		for _, f := range []struct {
-			tc, fused bool
-			tiles     int
-		}{{true, true, 2}, {true, false, 2}, {true, true, 1}, {false, false, 2}} {
-			gemvTC, moeSwiGLUFused, gemvTiles = f.tc, f.fused, f.tiles
-			name := fmt.Sprintf("MoE %s T=%d D=%d E=%d I=%d top-%d gemvTC=%v SwiGLU in the down GEMV=%v tiles/block=%d", c.name, c.T, c.D, c.E, c.I, c.k, f.tc, f.fused, f.tiles)
+		for _, f := range []struct{ tc, fused bool }{{true, true}, {true, false}, {false, false}} {
+			gemvTC, moeSwiGLUFused = f.tc, f.fused
+			name := fmt.Sprintf("MoE %s T=%d D=%d E=%d I=%d top-%d gemvTC=%v SwiGLU in the down GEMV=%v", c.name, c.T, c.D, c.E, c.I, c.k, f.tc, f.fused)
 			out := h.from(npu.F32, make([]float32, c.T*c.D), c.T, c.D)
 			h.g.MoE(out.g, x.g, gu.g, dn.g, w.g, ids.g, 7)
 			cpuBE.MoE(out.c, x.c, gu.c, dn.c, w.c, ids.c, 7)
@@ -185,14 +177,13 @@ func TestGPUMoEDecode(t *testing.T) {
 			h.close(name, out, 2e-5)
 			got, _ := h.bytes(out)
 			switch {
-			case f.fused && f.tiles == 2:
+			case f.fused:
 				fusedBits = got
 			case f.tc && !bytes.Equal(got, fusedBits):
 				t.Errorf("%s: differs from k_gemv_tc_sw's result", name)
 			}
 			h.free(out)
 		}
-		moeSwiGLUFused, gemvTiles = true, 2
 		// The int8 decode GEMV (k_gemv_i8) on the same routing.
 		name := fmt.Sprintf("MoEQ W8A8_DYNAMIC %s T=%d D=%d E=%d I=%d top-%d", c.name, c.T, c.D, c.E, c.I, c.k)
 		gg, gc := h.qweight(npu.QW8A8Dynamic, c.E, 2*c.I, c.D, 0)
@@ -214,6 +205,8 @@ func TestGPUMoEDecode(t *testing.T) {
 // and, bit for bit, against SwiGLU then MatMul on the device.
 func TestGPUMatMulSwiGLU(t *testing.T) {
 	h := newBoth(t, 35)
+	defer func(f bool) { moeSwiGLUFused = f }(moeSwiGLUFused)
+	moeSwiGLUFused = true
 	for _, c := range []struct {
 		name    string
 		M, N, K int

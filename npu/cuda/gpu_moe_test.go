@@ -67,7 +67,13 @@ func TestGPUMoE(t *testing.T) {
 				h.g.MoE(out.g, x.g, gu.g, dn.g, w.g, ids.g, limit)
 				cpuBE.MoE(out.c, x.c, gu.c, dn.c, w.c, ids.c, limit)
 				h.sync()
-				h.close(name, out, 2e-5)
+				tol := 2e-5
+				if wdt == npu.BF16 && moeTCParts == 2 {
+					// The tiled GEMMs' two-part activations (16 bits):
+					// within BF16 weights' rounding, not fp32's.
+					tol = 5e-5
+				}
+				h.close(name, out, tol)
 				h.free(x, gu, dn, w, ids, out)
 			}
 		}

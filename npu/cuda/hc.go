@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/npuserve/npuserve/npu"
 )
@@ -33,19 +34,37 @@ func (b *Backend) HCPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, p
 	b.hcPre(collapsed, post, comb, x, fn, base, scale, p, nil)
 }
 
-// EnvDecodeFusion ("0" turns them off) switches the decode launch
-// fusions that keep every op's bits: HCPreNorm's norm inside k_hc_fused,
-// the SwiGLU inside the down GEMVs (MoE, MatMulSwiGLU) and
-// k_router_fused. For measurements: the two settings give the same
-// results.
+// EnvDecodeFusion picks the decode launch fusions, for measurements: "0"
+// none, else a comma-separated list of "norm" (HCPreNorm's norm inside
+// k_hc_fused), "postpre" (k_hc_postpre), "router" (k_router_fused) and
+// "swiglu" (the SwiGLU inside the down GEMVs: MoE, MatMulSwiGLU); unset,
+// defaultDecodeFusions. Every setting gives the same results (up to the
+// last bit of HCPre's projection sums for postpre).
 const EnvDecodeFusion = "NPUSERVE_CUDA_DECODE_FUSION"
 
-// decodeFusion is EnvDecodeFusion's setting at start-up.
-var decodeFusion = os.Getenv(EnvDecodeFusion) != "0"
+// defaultDecodeFusions are the fusions on by default: "swiglu" is not
+// (k_gemv_tc_sw measured slower than k_swiglu plus k_gemv_tc on the
+// H200, docs/performance.md).
+const defaultDecodeFusions = "norm,postpre,router"
+
+// decodeFusions is EnvDecodeFusion's setting at start-up.
+var decodeFusions = parseFusions(os.Getenv(EnvDecodeFusion))
+
+// parseFusions reads EnvDecodeFusion's value (see there).
+func parseFusions(v string) map[string]bool {
+	if v == "" {
+		v = defaultDecodeFusions
+	}
+	on := map[string]bool{}
+	for _, f := range strings.Split(v, ",") {
+		on[strings.TrimSpace(f)] = true
+	}
+	return on
+}
 
 // hcNormFused lets HCPreNorm end k_hc_fused with the norm; false keeps
 // the RMSNorm launch.
-var hcNormFused = decodeFusion
+var hcNormFused = decodeFusions["norm"]
 
 // hcNorm is HCPreNorm's RMSNorm of the collapsed rows.
 type hcNorm struct {
@@ -75,7 +94,7 @@ func (b *Backend) HCPreNorm(normed, collapsed, post, comb, x, fn, base, scale, w
 
 // hcPostPreFused selects k_hc_postpre for HCPostPreNorm where it applies;
 // false runs HCPost then HCPreNorm (tests compare them).
-var hcPostPreFused = decodeFusion
+var hcPostPreFused = decodeFusions["postpre"]
 
 // HCPostPreNorm is HCPost(xn, y, post0, comb0, x) then HCPreNorm(normed,
 // collapsed, post, comb, xn, fn, base, scale, w, p, eps) (see

@@ -219,12 +219,8 @@ func (b *Backend) gemvTC(c, a, tok, w uint64, rt *moeRoute, M, N, K int, early b
 			warps, ks = gemvSplitWarps, s
 		}
 	}
-	ntx, ct := (N+gemvCols-1)/gemvCols, 1
-	if ks == 1 && gemvTiles > 1 && (ntx+gemvTiles-1)/gemvTiles*ys >= gemvMinBlocks {
-		ct = gemvTiles
-	}
-	grid := dim3{uint32((ntx + ct - 1) / ct), uint32(ys), uint32(ks)}
-	args := []uint64{c, a, tok, w, tiles, ntiles, off, pI32(M), pI32(N), pI32(K), 0, 0, pBool(rt == nil && early), pI32(ct)}
+	grid := dim3{uint32((N + gemvCols - 1) / gemvCols), uint32(ys), uint32(ks)}
+	args := []uint64{c, a, tok, w, tiles, ntiles, off, pI32(M), pI32(N), pI32(K), 0, 0, pBool(rt == nil && early)}
 	if sw != nil {
 		name += "_sw"
 		args = append(args, pF32(sw.limit), pBool(sw.clamp))
@@ -238,21 +234,6 @@ func (b *Backend) gemvTC(c, a, tok, w uint64, rt *moeRoute, M, N, K int, early b
 	b.launch(name, grid, d1(32*warps), 0, args...)
 	b.freeBuf(part)
 }
-
-// EnvGemvTiles is gemvTiles' variable ("1": one column tile per block).
-const EnvGemvTiles = "NPUSERVE_CUDA_GEMV_TILES"
-
-// gemvTiles is how many 16-column tiles a k_gemv_tc block takes in turn
-// (it issues the next tile's first weight loads before the current
-// tile's cross-warp reduction, so they overlap it, and there are half as
-// many block starts and ends) where the grid keeps at least
-// gemvMinBlocks blocks: the MoE experts and the wide projections at
-// decode. A row's result does not depend on it. Tests flip it.
-var gemvTiles = envInt(EnvGemvTiles, 2, 1, 8)
-
-// gemvMinBlocks is the fewest blocks a k_gemv_tc grid keeps when its
-// blocks take several column tiles: four per SM of the H200.
-const gemvMinBlocks = 4 * gemvSMs
 
 // envInt is the integer value of environment variable name in [lo, hi],
 // def when it is unset or not such a number.
@@ -380,7 +361,7 @@ type moeProj struct {
 // moeSwiGLUFused lets moeRun hand the SwiGLU to the down projection
 // (moeProj.downSwiGLU); false keeps the k_swiglu launch (tests compare
 // the two).
-var moeSwiGLUFused = decodeFusion
+var moeSwiGLUFused = decodeFusions["swiglu"]
 
 // moeRun is the chunked dispatch MoE and MoEQ share (see the top of the
 // file).

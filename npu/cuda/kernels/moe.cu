@@ -534,11 +534,22 @@ __device__ __forceinline__ uint4 ld_stream(const u16 *p) {
 	return v;
 }
 
+// swiglu4 is swiglu1 per component (gate g, up u).
+__device__ __forceinline__ float4 swiglu4(float4 g, float4 u, float limit, bool clamp) {
+	return make_float4(swiglu1(g.x, u.x, limit, clamp), swiglu1(g.y, u.y, limit, clamp), swiglu1(g.z, u.z, limit, clamp),
+			   swiglu1(g.w, u.w, limit, clamp));
+}
+
+// ok_u says whether lane q's 8 k of the 32-wide k block kb lie in [0, K)
+// and the block below kbHi (gemv_tc's loads).
+__device__ __forceinline__ bool ok_u(int kb, int kbHi, int K, int q) { return kb < kbHi && (i64)kb * 32 + 8 * q < K; }
+
 // gemv_rows points lane (g, q) of gemv_tc at its two weight rows, n0 + g
-// and n0 + g + 8 of expert e (n0: the column tile's first column) (rows past N read row N-1; their sums are not
+// and n0 + g + 8 of expert e (rows past N read row N-1; their sums are not
 // stored), 8q into the row.
-__device__ __forceinline__ void gemv_rows(const u16 *W, int e, int N, int K, int n0, const u16 *&wa, const u16 *&wb) {
+__device__ __forceinline__ void gemv_rows(const u16 *W, int e, int N, int K, const u16 *&wa, const u16 *&wb) {
 	const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+	const int n0 = blockIdx.x * 16;
 	wa = W + ((i64)e * N + min(n0 + g, N - 1)) * K + 8 * q;
 	wb = W + ((i64)e * N + min(n0 + g + 8, N - 1)) * K + 8 * q;
 }
@@ -564,19 +575,12 @@ __device__ __forceinline__ void gemv_krange(int K, int &kbLo, int &kbHi) {
 	kbHi = min(nkb, kbLo + kps);
 }
 
-// swiglu4 is swiglu1 per component (gate g, up u).
-__device__ __forceinline__ float4 swiglu4(float4 g, float4 u, float limit, bool clamp) {
-	return make_float4(swiglu1(g.x, u.x, limit, clamp), swiglu1(g.y, u.y, limit, clamp), swiglu1(g.z, u.z, limit, clamp),
-			   swiglu1(g.w, u.w, limit, clamp));
-}
-
 // gemv_tc is k_gemv_tc (R = 1: passes of 8 rows) and k_gemv_tc16 (R =
 // 2: passes of 16, the MMA's n8 twice): C[r, n] = sum_k A[a(r), k] *
 // W_e[n, k] for the rows of a tile (moe_tile; a(r) = tok[r] when tok !=
 // 0), in passes of 8R rows, so each weight is read once per pass at
-// memory speed. A block takes ctiles 16-column tiles of W in turn and
-// its blockDim.x/32 warps split K (warp w takes the 32-wide k blocks w, w
-// + warps, ...);
+// memory speed. A block is a 16-column tile of W and its blockDim.x/32
+// warps split K (warp w takes the 32-wide k blocks w, w + warps, ...);
 // their partial sums are added in warp order through shared memory (red:
 // [GEMV_MAXW][128 R]), so a row's result depends only on N, K and the
 // block shape: not on timing, on the number of rows or on R.
@@ -594,15 +598,13 @@ __device__ __forceinline__ float4 swiglu4(float4 g, float4 u, float limit, bool 
 template <int R, bool SW>
 __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, const int *tok, const u16 *W,
 					const int *tiles, const int *ntiles, const int *off, int M, int N, int K,
-					float *part, int *cnt, int early, int ctiles, float limit, int clamp) {
+					float *part, int *cnt, int early, float limit, int clamp) {
 	constexpr int U = GEMV_U / R; // loads in flight per lane: the same registers for both R
 	constexpr int MT = GEMV_MT * R;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, S = blockDim.x >> 5;
 	const int g = lane >> 2, q = lane & 3;
-	// Column tiles: block x takes ctiles of them (host-chosen, 1 with split
-	// K), one after the other; the next tile's first weight loads are
-	// issued before this one's cross-warp reduction, so they overlap it.
-	const int ct0 = blockIdx.x * ctiles, ct1 = min(ct0 + ctiles, (N + 15) / 16);
+	const int n0 = blockIdx.x * 16;
+	const int na = n0 + g, nb = n0 + g + 8;
 	// Split K (dense, one pass of at most MT rows, host-chosen): block z
 	// takes k blocks [kbLo, kbHi) and stores its partial sums in part
 	// [gridDim.z, M, N]; the last block of a column tile to finish adds
@@ -615,9 +617,9 @@ __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, co
 	// previous kernel, so they overlap its tail; nothing else is read
 	// before the wait.
 	const u16 *wa, *wb;
-	gemv_rows(W, 0, N, K, ct0 * 16, wa, wb); // the dense rows (expert 0); a grouped launch's expert is known after the wait
+	gemv_rows(W, 0, N, K, wa, wb); // the dense rows (expert 0); a grouped launch's expert is known after the wait
 	uint4 pa[U], pb[U];
-	bool pre = early && tiles == 0; // pa, pb hold the first group of the tile's first pass
+	const bool pre = early && tiles == 0;
 	if (pre) {
 #pragma unroll
 		for (int u = 0; u < U; u++) {
@@ -629,157 +631,141 @@ __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, co
 	if (!moe_tile(tiles, ntiles, off, M, MOE_BM, e, r0, r1)) {
 		return;
 	}
+	if (tiles != 0) {
+		gemv_rows(W, e, N, K, wa, wb);
+	}
 	float *dst = ks > 1 ? part + (i64)blockIdx.z * M * N : C;
-	for (int ct = ct0; ct < ct1; ct++) {
-		const int n0 = ct * 16;
-		const int na = n0 + g, nb = n0 + g + 8;
-		gemv_rows(W, e, N, K, n0, wa, wb);
-		for (int m0 = r0; m0 < r1; m0 += MT) {
-			const int mt = min(MT, r1 - m0);
-			const float *xr[R];
+	for (int m0 = r0; m0 < r1; m0 += MT) {
+		const int mt = min(MT, r1 - m0);
+		const float *xr[R];
 #pragma unroll
-			for (int h = 0; h < R; h++) {
-				const int m = 8 * h + g;
-				xr[h] = m < mt ? A + (i64)(tok ? tok[m0 + m] : m0 + m) * (SW ? 2 * K : K) + 8 * q : A;
+		for (int h = 0; h < R; h++) {
+			const int m = 8 * h + g;
+			xr[h] = m < mt ? A + (i64)(tok ? tok[m0 + m] : m0 + m) * (SW ? 2 * K : K) + 8 * q : A;
+		}
+		float acc[R][2][4];
+#pragma unroll
+		for (int h = 0; h < R; h++) {
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				acc[h][0][i] = acc[h][1][i] = 0.0f;
 			}
-			float acc[R][2][4];
+		}
+		for (int kb0 = kbLo + warp; kb0 < kbHi; kb0 += S * U) {
+			uint4 va[U], vb[U];
+			float4 x0[U][R], x1[U][R];
 #pragma unroll
-			for (int h = 0; h < R; h++) {
-#pragma unroll
-				for (int i = 0; i < 4; i++) {
-					acc[h][0][i] = acc[h][1][i] = 0.0f;
+			for (int u = 0; u < U; u++) {
+				const int kb = kb0 + S * u;
+				const i64 k = (i64)kb * 32;
+				const bool ok = kb < kbHi && k + 8 * q < K;
+				if (pre && m0 == r0 && kb0 == kbLo + warp) { // the first group (one pass: dense rows fit it)
+					va[u] = pa[u];
+					vb[u] = pb[u];
+				} else {
+					gemv_wload(va[u], vb[u], wa, wb, kb, kbHi, K, q);
 				}
-			}
-			for (int kb0 = kbLo + warp; kb0 < kbHi; kb0 += S * U) {
-				uint4 va[U], vb[U];
-				float4 x0[U][R], x1[U][R];
-				float4 y0[U][R], y1[U][R]; // SW: the up halves (x0, x1 the gate's); unused otherwise
-#pragma unroll
-				for (int u = 0; u < U; u++) {
-					const int kb = kb0 + S * u;
-					const i64 k = (i64)kb * 32;
-					const bool ok = kb < kbHi && k + 8 * q < K;
-					if (pre && kb0 == kbLo + warp) { // the first group of the pass
-						va[u] = pa[u];
-						vb[u] = pb[u];
-					} else {
-						gemv_wload(va[u], vb[u], wa, wb, kb, kbHi, K, q);
-					}
-#pragma unroll
-					for (int h = 0; h < R; h++) {
-						x0[u][h] = x1[u][h] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-						if (SW) {
-							y0[u][h] = y1[u][h] = x0[u][h];
-						}
-						if (ok && 8 * h + g < mt) {
-							x0[u][h] = *(const float4 *)(xr[h] + k);
-							x1[u][h] = *(const float4 *)(xr[h] + k + 4);
-							if (SW) {
-								y0[u][h] = *(const float4 *)(xr[h] + K + k);
-								y1[u][h] = *(const float4 *)(xr[h] + K + k + 4);
-							}
-						}
-					}
-				}
-#pragma unroll
-				for (int u = 0; u < U; u++) {
-					if (kb0 + S * u >= kbHi) {
-						break;
-					}
-#pragma unroll
-					for (int h = 0; h < R; h++) {
-						if (SW) { // k_swiglu's element, then the same split
-							x0[u][h] = swiglu4(x0[u][h], y0[u][h], limit, clamp != 0);
-							x1[u][h] = swiglu4(x1[u][h], y1[u][h], limit, clamp != 0);
-						}
-						// Pairs of k: 8q+{0,1}, +{2,3} (first MMA), +{4,5}, +{6,7}.
-						u32 p[3][4];
-						split3x2(x0[u][h].x, x0[u][h].y, p[0][0], p[1][0], p[2][0]);
-						split3x2(x0[u][h].z, x0[u][h].w, p[0][1], p[1][1], p[2][1]);
-						split3x2(x1[u][h].x, x1[u][h].y, p[0][2], p[1][2], p[2][2]);
-						split3x2(x1[u][h].z, x1[u][h].w, p[0][3], p[1][3], p[2][3]);
-#pragma unroll
-						for (int j = 2; j >= 0; j--) { // smallest part first
-							mma_bf16(acc[h][0], va[u].x, vb[u].x, va[u].y, vb[u].y, p[j][0], p[j][1]);
-							mma_bf16(acc[h][1], va[u].z, vb[u].z, va[u].w, vb[u].w, p[j][2], p[j][3]);
-						}
-					}
-				}
-			}
-			pre = false;
-			if (m0 + MT >= r1 && ct + 1 < ct1) { // the next tile's first group, in flight during the reduction
-				const u16 *wa2, *wb2;
-				gemv_rows(W, e, N, K, n0 + 16, wa2, wb2);
-#pragma unroll
-				for (int u = 0; u < U; u++) {
-					gemv_wload(pa[u], pb[u], wa2, wb2, kbLo + warp + S * u, kbHi, K, q);
-				}
-				pre = true;
-			}
-			// acc[h][0]: rows m = 8h + 2q, 8h + 2q + 1 x columns na, nb as c0
-			// (2q, na), c1 (2q+1, na), c2 (2q, nb), c3 (2q+1, nb).
-			if (S > 1) {
 #pragma unroll
 				for (int h = 0; h < R; h++) {
+					x0[u][h] = x1[u][h] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+					if (!SW && ok && 8 * h + g < mt) {
+						x0[u][h] = *(const float4 *)(xr[h] + k);
+						x1[u][h] = *(const float4 *)(xr[h] + k + 4);
+					}
+				}
+			}
 #pragma unroll
-					for (int i = 0; i < 4; i++) {
-						red[warp * 128 * R + 128 * h + 4 * lane + i] = acc[h][0][i] + acc[h][1][i];
-					}
+			for (int u = 0; u < U; u++) {
+				if (kb0 + S * u >= kbHi) {
+					break;
 				}
-				__syncthreads();
-				for (int t = threadIdx.x; t < 128 * R; t += blockDim.x) {
-					float s = red[t];
-					for (int w = 1; w < S; w++) {
-						s += red[w * 128 * R + t];
-					}
-					const int h = t >> 7, l = (t >> 2) & 31, i = t & 3;
-					const int m = 8 * h + 2 * (l & 3) + (i & 1), n = n0 + (l >> 2) + 8 * (i >> 1);
-					if (m < mt && n < N) {
-						dst[(i64)(m0 + m) * N + n] = s;
-					}
-				}
-				__syncthreads();
-			} else {
 #pragma unroll
 				for (int h = 0; h < R; h++) {
+					if (SW && ok_u(kb0 + S * u, kbHi, K, q) && 8 * h + g < mt) {
+						// k_swiglu's element from gate|up, loaded here
+						// (L1/L2 hits) rather than with the weights, so
+						// the weight loads keep their registers.
+						const i64 k = (i64)(kb0 + S * u) * 32;
+						x0[u][h] = swiglu4(*(const float4 *)(xr[h] + k), *(const float4 *)(xr[h] + K + k), limit, clamp != 0);
+						x1[u][h] = swiglu4(*(const float4 *)(xr[h] + k + 4), *(const float4 *)(xr[h] + K + k + 4), limit, clamp != 0);
+					}
+					// Pairs of k: 8q+{0,1}, +{2,3} (first MMA), +{4,5}, +{6,7}.
+					u32 p[3][4];
+					split3x2(x0[u][h].x, x0[u][h].y, p[0][0], p[1][0], p[2][0]);
+					split3x2(x0[u][h].z, x0[u][h].w, p[0][1], p[1][1], p[2][1]);
+					split3x2(x1[u][h].x, x1[u][h].y, p[0][2], p[1][2], p[2][2]);
+					split3x2(x1[u][h].z, x1[u][h].w, p[0][3], p[1][3], p[2][3]);
 #pragma unroll
-					for (int i = 0; i < 4; i++) {
-						const int m = 8 * h + 2 * q + (i & 1), n = (i >> 1) ? nb : na;
-						if (m < mt && n < N) {
-							dst[(i64)(m0 + m) * N + n] = acc[h][0][i] + acc[h][1][i];
-						}
+					for (int j = 2; j >= 0; j--) { // smallest part first
+						mma_bf16(acc[h][0], va[u].x, vb[u].x, va[u].y, vb[u].y, p[j][0], p[j][1]);
+						mma_bf16(acc[h][1], va[u].z, vb[u].z, va[u].w, vb[u].w, p[j][2], p[j][3]);
 					}
 				}
 			}
 		}
-		if (ks > 1) {
-			// The threadFenceReduction pattern: partials visible device-wide,
-			// then one count per column tile; its last block sums them in z
-			// order (so the result does not depend on which block was last)
-			// and resets the count for the next launch.
-			__shared__ int last;
-			__threadfence();
-			__syncthreads();
-			if (threadIdx.x == 0) {
-				last = atomicAdd(&cnt[ct], 1) == ks - 1;
+		// acc[h][0]: rows m = 8h + 2q, 8h + 2q + 1 x columns na, nb as c0
+		// (2q, na), c1 (2q+1, na), c2 (2q, nb), c3 (2q+1, nb).
+		if (S > 1) {
+#pragma unroll
+			for (int h = 0; h < R; h++) {
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					red[warp * 128 * R + 128 * h + 4 * lane + i] = acc[h][0][i] + acc[h][1][i];
+				}
 			}
 			__syncthreads();
-			if (last) {
-				__threadfence();
-				const int rows = r1 - r0;
-				for (int t = threadIdx.x; t < rows * 16; t += blockDim.x) {
-					const int m = r0 + (t >> 4), n = n0 + (t & 15);
-					if (n < N) {
-						float v = 0.0f;
-						for (int z = 0; z < ks; z++) {
-							v += __ldcg(part + ((i64)z * M + m) * N + n);
-						}
-						C[(i64)m * N + n] = v;
+			for (int t = threadIdx.x; t < 128 * R; t += blockDim.x) {
+				float s = red[t];
+				for (int w = 1; w < S; w++) {
+					s += red[w * 128 * R + t];
+				}
+				const int h = t >> 7, l = (t >> 2) & 31, i = t & 3;
+				const int m = 8 * h + 2 * (l & 3) + (i & 1), n = n0 + (l >> 2) + 8 * (i >> 1);
+				if (m < mt && n < N) {
+					dst[(i64)(m0 + m) * N + n] = s;
+				}
+			}
+			__syncthreads();
+		} else {
+#pragma unroll
+			for (int h = 0; h < R; h++) {
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					const int m = 8 * h + 2 * q + (i & 1), n = (i >> 1) ? nb : na;
+					if (m < mt && n < N) {
+						dst[(i64)(m0 + m) * N + n] = acc[h][0][i] + acc[h][1][i];
 					}
 				}
-				if (threadIdx.x == 0) {
-					cnt[ct] = 0;
+			}
+		}
+	}
+	if (ks > 1) {
+		// The threadFenceReduction pattern: partials visible device-wide,
+		// then one count per column tile; its last block sums them in z
+		// order (so the result does not depend on which block was last)
+		// and resets the count for the next launch.
+		__shared__ int last;
+		__threadfence();
+		__syncthreads();
+		if (threadIdx.x == 0) {
+			last = atomicAdd(&cnt[blockIdx.x], 1) == ks - 1;
+		}
+		__syncthreads();
+		if (last) {
+			__threadfence();
+			const int rows = r1 - r0;
+			for (int t = threadIdx.x; t < rows * 16; t += blockDim.x) {
+				const int m = r0 + (t >> 4), n = n0 + (t & 15);
+				if (n < N) {
+					float v = 0.0f;
+					for (int z = 0; z < ks; z++) {
+						v += __ldcg(part + ((i64)z * M + m) * N + n);
+					}
+					C[(i64)m * N + n] = v;
 				}
+			}
+			if (threadIdx.x == 0) {
+				cnt[blockIdx.x] = 0;
 			}
 		}
 	}
@@ -790,20 +776,20 @@ __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, co
 // rows.
 extern "C" __global__ __launch_bounds__(512) void k_gemv_tc(float *C, const float *A, const int *tok, const u16 *W,
 							    const int *tiles, const int *ntiles, const int *off, int M,
-							    int N, int K, float *part, int *cnt, int early, int ctiles) {
+							    int N, int K, float *part, int *cnt, int early) {
 	// pdl_prologue inside gemv_tc, after the early weight loads (they read no kernel's output).
 	__shared__ float red[GEMV_MAXW * 128];
-	gemv_tc<1, false>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt, early, ctiles, 0.0f, 0);
+	gemv_tc<1, false>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt, early, 0.0f, 0);
 }
 
 // k_gemv_tc16: gemv_tc in passes of 16 rows: the dense MatMul of 9 to 16
 // rows, each weight read once.
 extern "C" __global__ __launch_bounds__(512) void k_gemv_tc16(float *C, const float *A, const int *tok, const u16 *W,
 							      const int *tiles, const int *ntiles, const int *off, int M,
-							      int N, int K, float *part, int *cnt, int early, int ctiles) {
+							      int N, int K, float *part, int *cnt, int early) {
 	// pdl_prologue inside gemv_tc, after the early weight loads (they read no kernel's output).
 	__shared__ float red[GEMV_MAXW * 256];
-	gemv_tc<2, false>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt, early, ctiles, 0.0f, 0);
+	gemv_tc<2, false>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt, early, 0.0f, 0);
 }
 
 // k_gemv_tc_sw and k_gemv_tc16_sw: k_gemv_tc and k_gemv_tc16 whose
@@ -813,18 +799,18 @@ extern "C" __global__ __launch_bounds__(512) void k_gemv_tc16(float *C, const fl
 // before them, with the same bits.
 extern "C" __global__ __launch_bounds__(512) void k_gemv_tc_sw(float *C, const float *A, const int *tok, const u16 *W,
 							       const int *tiles, const int *ntiles, const int *off, int M,
-							       int N, int K, float *part, int *cnt, int early, int ctiles, float limit,
+							       int N, int K, float *part, int *cnt, int early, float limit,
 							       int clamp) {
 	// pdl_prologue inside gemv_tc, after the early weight loads (they read no kernel's output).
 	__shared__ float red[GEMV_MAXW * 128];
-	gemv_tc<1, true>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt, early, ctiles, limit, clamp);
+	gemv_tc<1, true>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt, early, limit, clamp);
 }
 
 extern "C" __global__ __launch_bounds__(512) void k_gemv_tc16_sw(float *C, const float *A, const int *tok, const u16 *W,
 								 const int *tiles, const int *ntiles, const int *off, int M,
-								 int N, int K, float *part, int *cnt, int early, int ctiles, float limit,
+								 int N, int K, float *part, int *cnt, int early, float limit,
 								 int clamp) {
 	// pdl_prologue inside gemv_tc, after the early weight loads (they read no kernel's output).
 	__shared__ float red[GEMV_MAXW * 256];
-	gemv_tc<2, true>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt, early, ctiles, limit, clamp);
+	gemv_tc<2, true>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt, early, limit, clamp);
 }
