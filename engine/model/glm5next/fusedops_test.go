@@ -15,7 +15,7 @@ import (
 type hcNormRecorder struct {
 	npu.Backend
 	calls, postPre, swiglu int
-	aliased               bool // an HCPostPreNorm whose new post or comb was its old one
+	aliased                bool // an HCPostPreNorm whose new post or comb was its old one
 }
 
 func (r *hcNormRecorder) HCPostPreNorm(xn, y, post0, comb0, x, normed, collapsed, post, comb, fn, base, scale, w *npu.Tensor, p npu.HCParams, eps float32) {
