@@ -317,42 +317,6 @@ type WeightMarker interface {
 	MarkWeights(ts ...*Tensor)
 }
 
-// HCPreNormer is implemented by backends that can end HCPre with the
-// RMSNorm every sublayer applies to the collapsed stream, in one step:
-// HCPreNorm(normed, collapsed, post, comb, x, fn, base, scale, w, p, eps)
-// has the results of HCPre(collapsed, post, comb, x, fn, base, scale, p)
-// then RMSNorm(normed, collapsed, w, eps), w one weight per element of a
-// collapsed row. The CUDA backend saves a launch per sublayer at decode
-// (48 of a 12-layer step's few hundred). The model asks with a type
-// assertion and falls back to the two ops.
-type HCPreNormer interface {
-	HCPreNorm(normed, collapsed, post, comb, x, fn, base, scale, w *Tensor, p HCParams, eps float32)
-}
-
-// HCPostPreNormer is implemented by backends that can run a sublayer's
-// HCPost and the next sublayer's HCPreNorm in one step:
-// HCPostPreNorm(xn, y, post0, comb0, x, normed, collapsed, post, comb, fn,
-// base, scale, w, p, eps) has the results of HCPost(xn, y, post0, comb0,
-// x) then HCPreNorm(normed, collapsed, post, comb, xn, fn, base, scale,
-// w, p, eps), up to the summation order of HCPre's mixing projection
-// (fp64 sums: the rounded results agree but for a rare last bit).
-// post and comb must not alias post0 and comb0. The CUDA backend saves
-// a launch per sublayer at decode and spreads the projection over more
-// SMs. The model asks with a type assertion and falls back to the ops.
-type HCPostPreNormer interface {
-	HCPostPreNorm(xn, y, post0, comb0, x, normed, collapsed, post, comb, fn, base, scale, w *Tensor, p HCParams, eps float32)
-}
-
-// SwiGLUMatMuler is implemented by backends that can multiply SwiGLU
-// rows formed as they are read: MatMulSwiGLU(out, gateUp, w, limit) has
-// the results of SwiGLU(act, gateUp, limit) then MatMul(out, act, w) for
-// gateUp [M, 2K], w [N, K] (a float weight), out [M, N]. The CUDA backend
-// saves the SwiGLU launch before an MLP's down projection at decode. The
-// model asks with a type assertion and falls back to the two ops.
-type SwiGLUMatMuler interface {
-	MatMulSwiGLU(out, gateUp, w *Tensor, limit float32)
-}
-
 // SampleReducer is implemented by backends that reduce rows of logits on
 // the device to what a greedy sampler needs (engine/sampling's
 // Sampler.Reducible and SampleReduced): the top candidates and two counts

@@ -57,29 +57,19 @@ func TestGPUMoEThroughput(t *testing.T) {
 				continue // the tiled GEMMs: gemvTC does not apply
 			}
 			gemvTC = tc
-			// The decode forms: column tiles per k_gemv_tc block, the
-			// SwiGLU inside the down GEMV or its own launch.
-			// The decode forms (the SwiGLU inside the down GEMV or its
-			// own launch) and the tiled GEMM's activation parts.
-			type form struct {
-				fused bool
-				parts int
+			// The tiled GEMM's activation parts (two, three).
+			parts := []int{2}
+			if T > 32 {
+				parts = append(parts, 3)
 			}
-			forms := []form{{false, 2}}
-			switch {
-			case tc && T <= 32:
-				forms = append(forms, form{true, 2})
-			case T > 32:
-				forms = append(forms, form{false, 3})
-			}
-			for _, f := range forms {
-				moeSwiGLUFused, moeTCParts = f.fused, f.parts
+			for _, np := range parts {
+				moeTCParts = np
 				ms := timed(reps, func() { b.MoE(out, x, gu16, dn16, w, idt, 7) })
 				wb := 2 * perExpert * float64(len(touched))
-				report(fmt.Sprintf("MoE bf16 T=%d E=%d top-%d D=%d I=%d gemvTC=%v swiglu-in-gemv=%v parts=%d", T, E, k, D, I, tc, f.fused, f.parts), ms, wb, flops)
+				report(fmt.Sprintf("MoE bf16 T=%d E=%d top-%d D=%d I=%d gemvTC=%v parts=%d", T, E, k, D, I, tc, np), ms, wb, flops)
 				t.Logf("  %d experts touched: %.2f of copy", len(touched), wb/ms/1e6/copyGBs)
 			}
-			moeSwiGLUFused, moeTCParts = decodeFusions["swiglu"], 2
+			moeTCParts = 2
 		}
 		gemvTC = true
 		ms := timed(reps, func() { b.MoEQ(out, x, gu8, dn8, w, idt, 7) })

@@ -81,7 +81,7 @@ func (b *Backend) MatMul(out, x, w *npu.Tensor) {
 	case w.DType() == npu.F32:
 		b.gemmOrFail(cudaR32F, M, N, K, pw, px, po)
 	case useGemvTC(w.DType(), M, N, K, px, pw):
-		b.gemvTC(po, px, 0, pw, nil, M, N, K, gemvEarly && b.dbuf(w).weight, nil)
+		b.gemvTC(po, px, 0, pw, nil, M, N, K, gemvEarly && b.dbuf(w).weight)
 	case M <= gemmSmallM:
 		b.gemmSmall(po, px, pw, w.DType(), M, N, K)
 	case w.DType() == npu.BF16 && SplitBF16 && b.splitGemm(M, N, K, pw, px, po):
@@ -93,29 +93,6 @@ func (b *Backend) MatMul(out, x, w *npu.Tensor) {
 		b.gemmOrFail(cudaR32F, M, N, K, s.ptr, px, po)
 		b.freeBuf(s)
 	}
-}
-
-// MatMulSwiGLU is SwiGLU(act, gateUp, limit) then MatMul(out, act, w)
-// (see npu.SwiGLUMatMuler): where MatMul takes k_gemv_tc (a decode
-// step's rows), k_gemv_tc_sw forms the SwiGLU rows as it reads them, the
-// same bits without the SwiGLU launch; elsewhere it is the two ops.
-func (b *Backend) MatMulSwiGLU(out, gateUp, w *npu.Tensor, limit float32) {
-	if gateUp.Rank() != 2 || w.Rank() != 2 || gateUp.Dim(1) != 2*w.Dim(1) || out.Rank() != 2 ||
-		out.Dim(0) != gateUp.Dim(0) || out.Dim(1) != w.Dim(0) {
-		panic(fmt.Sprintf("cuda: MatMulSwiGLU out %v gateUp %v w %v: want [M, N], [M, 2K], [N, K]", out, gateUp, w))
-	}
-	wantF32("MatMulSwiGLU", out, gateUp)
-	M, N, K := gateUp.Dim(0), w.Dim(0), w.Dim(1)
-	po, pg, pw := b.ptr(out), b.ptr(gateUp), b.ptr(w)
-	if M > 0 && N > 0 && K > 0 && moeSwiGLUFused && useGemvTC(w.DType(), M, N, K, pg, pw) {
-		b.gemvTC(po, pg, 0, pw, nil, M, N, K, gemvEarly && b.dbuf(w).weight, swiGLUArgs(limit))
-		return
-	}
-	buf := b.temp(4 * max(M*K, 1))
-	act := npu.NewTensor(buf, 0, npu.F32, M, K)
-	b.SwiGLU(act, gateUp, limit)
-	b.MatMul(out, act, w)
-	b.freeBuf(buf)
 }
 
 // gemvWideN is the output width from which a one-row BF16 MatMul takes

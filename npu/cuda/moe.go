@@ -101,7 +101,7 @@ func (b *Backend) gemmF(c, a, tok, w uint64, wdt int, scale uint64, group int, r
 		small, ys, ysSmall = rt.small, rt.maxTiles, min(rt.maxTiles, rt.n) // every tile holds a row
 	}
 	if small && wdt == dtypeCode(npu.BF16) && group == 0 && gemvTC && K%8 == 0 && a%16 == 0 && w%16 == 0 {
-		b.gemvTC(c, a, tok, w, rt, M, N, K, false, nil)
+		b.gemvTC(c, a, tok, w, rt, M, N, K, false)
 		return
 	}
 	if small {
@@ -178,29 +178,14 @@ func gemvWarps(N, K int) int {
 	return 8
 }
 
-// swiGLUIn makes a GEMV read its activation rows as SwiGLU of gate|up
-// rows [*, 2K] (k_gemv_tc_sw: k_swiglu's arithmetic as the rows are
-// read, so no k_swiglu launch before it).
-type swiGLUIn struct {
-	limit float32
-	clamp bool
-}
-
-// swiGLUArgs is k_swiglu's limit and clamp for a SwiGLU limit (see
-// Backend.SwiGLU).
-func swiGLUArgs(limit float32) *swiGLUIn {
-	return &swiGLUIn{limit, limit > 0 && !math.IsInf(float64(limit), 1)}
-}
-
 // gemvTC enqueues k_gemv_tc: C = A · W^T for BF16 W [E, N, K], grouped
 // over rt (one block row per tile of the routing; a tile's rows go in
 // passes of gemvPass, the experts averaging few rows at decode) or dense
 // over M rows when rt is nil (k_gemv_tc16, passes of 2*gemvPass, above
 // gemvPass rows). The caller checks K % 8 == 0 and 16-byte alignment of
 // A and W. early (dense only: MatMul of marked weights, see gemvEarly)
-// lets the kernel load its first weights before its PDL wait. sw (may be
-// nil) makes A gate|up rows whose SwiGLU the kernel multiplies.
-func (b *Backend) gemvTC(c, a, tok, w uint64, rt *moeRoute, M, N, K int, early bool, sw *swiGLUIn) {
+// lets the kernel load its first weights before its PDL wait.
+func (b *Backend) gemvTC(c, a, tok, w uint64, rt *moeRoute, M, N, K int, early bool) {
 	var off, tiles, ntiles uint64
 	ys := (M + moeBM - 1) / moeBM
 	name := "k_gemv_tc"
@@ -220,29 +205,14 @@ func (b *Backend) gemvTC(c, a, tok, w uint64, rt *moeRoute, M, N, K int, early b
 		}
 	}
 	grid := dim3{uint32((N + gemvCols - 1) / gemvCols), uint32(ys), uint32(ks)}
-	args := []uint64{c, a, tok, w, tiles, ntiles, off, pI32(M), pI32(N), pI32(K), 0, 0, pBool(rt == nil && early)}
-	if sw != nil {
-		name += "_sw"
-		args = append(args, pF32(sw.limit), pBool(sw.clamp))
-	}
+	pe := pBool(rt == nil && early)
 	if ks == 1 {
-		b.launch(name, grid, d1(32*warps), 0, args...)
+		b.launch(name, grid, d1(32*warps), 0, c, a, tok, w, tiles, ntiles, off, pI32(M), pI32(N), pI32(K), 0, 0, pe)
 		return
 	}
 	part := b.temp(4 * ks * M * N)
-	args[10], args[11] = part.ptr, b.gemvCnt
-	b.launch(name, grid, d1(32*warps), 0, args...)
+	b.launch(name, grid, d1(32*warps), 0, c, a, tok, w, tiles, ntiles, off, pI32(M), pI32(N), pI32(K), part.ptr, b.gemvCnt, pe)
 	b.freeBuf(part)
-}
-
-// envInt is the integer value of environment variable name in [lo, hi],
-// def when it is unset or not such a number.
-func envInt(name string, def, lo, hi int) int {
-	v, err := strconv.Atoi(os.Getenv(name))
-	if err != nil || v < lo || v > hi {
-		return def
-	}
-	return v
 }
 
 // Split K of the dense k_gemv_tc (gemvSplitK): projections of few output
@@ -281,6 +251,16 @@ const EnvMoEParts = "NPUSERVE_CUDA_MOE_PARTS"
 // bits). Either is within the BF16 weights' rounding of fp32 arithmetic;
 // the decode GEMVs keep three.
 var moeTCParts = envInt(EnvMoEParts, 2, 2, 3)
+
+// envInt is the integer value of environment variable name in [lo, hi],
+// def when it is unset or not such a number.
+func envInt(name string, def, lo, hi int) int {
+	v, err := strconv.Atoi(os.Getenv(name))
+	if err != nil || v < lo || v > hi {
+		return def
+	}
+	return v
+}
 
 // moeBN is the column tile of the tiled GEMMs (MOE_BN, QI8_BN).
 const moeBN = 64
@@ -335,13 +315,6 @@ func (b *Backend) MoE(out, x, gateUp, down, weights, ids *npu.Tensor, limit floa
 		down: func(rt *moeRoute, h, y uint64) {
 			b.gemmF(y, h, 0, pd, cd, 0, 0, rt, rt.n, D, I)
 		},
-		downSwiGLU: func(rt *moeRoute, gu, y uint64, sw *swiGLUIn) bool {
-			if !rt.small || cd != dtypeCode(npu.BF16) || !gemvTC || I%8 != 0 || gu%16 != 0 || pd%16 != 0 {
-				return false
-			}
-			b.gemvTC(y, gu, 0, pd, rt, rt.n, D, I, false, sw)
-			return true
-		},
 	})
 }
 
@@ -352,16 +325,7 @@ func (b *Backend) MoE(out, x, gateUp, down, weights, ids *npu.Tensor, limit floa
 type moeProj struct {
 	up   func(rt *moeRoute, xc uint64, tc int, gu uint64)
 	down func(rt *moeRoute, h, y uint64)
-	// downSwiGLU, when not nil, may write y from gu itself, forming the
-	// SwiGLU rows as it reads them (k_gemv_tc_sw at decode); false: it
-	// enqueued nothing.
-	downSwiGLU func(rt *moeRoute, gu, y uint64, sw *swiGLUIn) bool
 }
-
-// moeSwiGLUFused lets moeRun hand the SwiGLU to the down projection
-// (moeProj.downSwiGLU); false keeps the k_swiglu launch (tests compare
-// the two).
-var moeSwiGLUFused = decodeFusions["swiglu"]
 
 // moeRun is the chunked dispatch MoE and MoEQ share (see the top of the
 // file).
@@ -372,17 +336,15 @@ func (b *Backend) moeRun(op int, out, x, weights, ids *npu.Tensor, k, E, I int, 
 	h := b.temp(4 * rows * I)
 	y := b.temp(4 * rows * D)
 	po, px, pw, pi := b.ptr(out), b.ptr(x), b.ptr(weights), b.ptr(ids)
-	sw := swiGLUArgs(limit)
+	clamp := limit > 0 && !math.IsInf(float64(limit), 1)
 	for c0 := 0; c0 < T; c0 += moeChunk {
 		tc := min(moeChunk, T-c0)
 		n := tc * k
 		rt := b.route(op, pi+uint64(4*c0*k), n, k, E)
 		p.up(rt, px+uint64(4*c0*D), tc, gu.ptr)
-		if p.downSwiGLU == nil || !moeSwiGLUFused || !p.downSwiGLU(rt, gu.ptr, y.ptr, sw) {
-			b.launch("k_swiglu", b.gridFor(int64(n*I), elemThreads), d1(elemThreads), 0,
-				h.ptr, gu.ptr, pI64(n), pI32(I), pF32(sw.limit), pBool(sw.clamp))
-			p.down(rt, h.ptr, y.ptr)
-		}
+		b.launch("k_swiglu", b.gridFor(int64(n*I), elemThreads), d1(elemThreads), 0,
+			h.ptr, gu.ptr, pI64(n), pI32(I), pF32(limit), pBool(clamp))
+		p.down(rt, h.ptr, y.ptr)
 		b.launch("k_moe_combine", d2(tc, (D+255)/256), d1(256), 0,
 			po+uint64(4*c0*D), y.ptr, pw+uint64(4*c0*k), pi+uint64(4*c0*k), rt.rows, pI32(k), pI32(D))
 		b.freeBuf(rt.buf)

@@ -42,7 +42,7 @@ const (
 // routerFused selects k_router_fused (k_router_scores and k_router in one
 // launch) for up to routerFusedMaxT tokens, a decode step's; false keeps
 // the two launches (tests compare them).
-var routerFused = decodeFusions["router"]
+var routerFused = true
 
 // routerFusedMaxT is the most tokens k_router_fused serves (its counters
 // in gemvCnt); more tokens take the two launches.

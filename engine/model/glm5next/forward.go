@@ -173,13 +173,10 @@ func (m *Model) forwardStep(c *Cache, b *Batch, keep hiddenMode, fs *fixedStep) 
 		clear(lo, hi)
 	}
 
-	hc := &hcRun{m: m, x: x, y: y,
-		col:  m.ws.get("hc.collapsed", npu.F32, T, d.D),
-		h:    m.ws.get("h", npu.F32, T, d.D),
-		post: [2]*npu.Tensor{m.ws.get("hc.post", npu.F32, T, d.n), m.ws.get("hc.post2", npu.F32, T, d.n)},
-		comb: [2]*npu.Tensor{m.ws.get("hc.comb", npu.F32, T, d.n, d.n), m.ws.get("hc.comb2", npu.F32, T, d.n, d.n)},
-	}
-	h := hc.h
+	col := m.ws.get("hc.collapsed", npu.F32, T, d.D)
+	post := m.ws.get("hc.post", npu.F32, T, d.n)
+	comb := m.ws.get("hc.comb", npu.F32, T, d.n, d.n)
+	h := m.ws.get("h", npu.F32, T, d.D)
 	out := m.ws.get("sublayer", npu.F32, T, d.D)
 	for l, ly := range m.layers {
 		if T == 0 {
@@ -189,7 +186,8 @@ func (m *Model) forwardStep(c *Cache, b *Batch, keep hiddenMode, fs *fixedStep) 
 			continue
 		}
 		lc := &c.Layers[l]
-		hc.pre(&ly.hcAttn, ly.inNorm)
+		be.HCPre(col, post, comb, x, ly.hcAttn.fn, ly.hcAttn.base, ly.hcAttn.scale, m.hc)
+		be.RMSNorm(h, col, ly.inNorm, d.RMSEps)
 		if ly.kda != nil {
 			p.layer = l
 			m.kda(out, h, ly.kda, lc, p.seqs, p)
@@ -197,23 +195,23 @@ func (m *Model) forwardStep(c *Cache, b *Batch, keep hiddenMode, fs *fixedStep) 
 			m.dsa(out, h, ly, lc, b, p)
 		}
 		m.tpAllReduce(out)
-		hc.deferPost(out)
+		be.HCPost(y, out, post, comb, x)
+		x, y = y, x
 
-		hc.pre(&ly.hcFFN, ly.postNorm)
+		be.HCPre(col, post, comb, x, ly.hcFFN.fn, ly.hcFFN.base, ly.hcFFN.scale, m.hc)
+		be.RMSNorm(h, col, ly.postNorm, d.RMSEps)
 		if ly.moe != nil {
 			m.moeFFN(out, h, ly.moe, T)
 		} else {
 			m.mlp(out, h, ly.mlp, T)
 		}
 		m.tpAllReduce(out)
-		hc.deferPost(out)
+		be.HCPost(y, out, post, comb, x)
+		x, y = y, x
 		if b.Observe != nil {
-			hc.flush()
-			b.Observe(l, hc.x)
+			b.Observe(l, x)
 		}
 	}
-	hc.flush()
-	x = hc.x
 
 	R := p.nLogits
 	var logits *npu.Tensor
@@ -272,63 +270,6 @@ func (m *Model) forwardStep(c *Cache, b *Batch, keep hiddenMode, fs *fixedStep) 
 		be.Copy(hidden, hn)
 	}
 	return logits, hidden
-}
-
-// hcRun carries the residual streams through the layers. deferPost defers a
-// sublayer's HCPost so that the next pre can run it together with that
-// sublayer's HCPreNorm where the backend has the fused step
-// (npu.HCPostPreNormer); flush runs a deferred HCPost alone. The two
-// post/comb pairs alternate: a sublayer's HCPost reads the pair its HCPre
-// wrote while the next HCPre writes the other.
-type hcRun struct {
-	m          *Model
-	x, y       *npu.Tensor // the streams [T, n, D] and the other buffer
-	col, h     *npu.Tensor // the collapsed stream and its norm
-	post, comb [2]*npu.Tensor
-	cur        int         // the pair the last HCPre wrote
-	pending    *npu.Tensor // the sublayer output whose HCPost is deferred, or nil
-}
-
-// pre is a sublayer's input side: h = RMSNorm(HCPre(x)) with w's mixing
-// weights and the norm weight norm, after the deferred HCPost.
-func (r *hcRun) pre(w *hcWeights, norm *npu.Tensor) {
-	m, next := r.m, r.cur^1
-	if r.pending != nil {
-		if f, ok := m.be.(npu.HCPostPreNormer); ok {
-			f.HCPostPreNorm(r.y, r.pending, r.post[r.cur], r.comb[r.cur], r.x,
-				r.h, r.col, r.post[next], r.comb[next], w.fn, w.base, w.scale, norm, m.hc, m.d.RMSEps)
-			r.x, r.y, r.pending, r.cur = r.y, r.x, nil, next
-			return
-		}
-		r.flush()
-	}
-	m.hcPreNorm(r.h, r.col, r.post[next], r.comb[next], r.x, w, norm)
-	r.cur = next
-}
-
-// deferPost postpones the HCPost of the sublayer output out (which must not
-// be overwritten before the next pre or flush).
-func (r *hcRun) deferPost(out *npu.Tensor) { r.pending = out }
-
-// flush runs the deferred HCPost, if any: x becomes the new streams.
-func (r *hcRun) flush() {
-	if r.pending == nil {
-		return
-	}
-	r.m.be.HCPost(r.y, r.pending, r.post[r.cur], r.comb[r.cur], r.x)
-	r.x, r.y, r.pending = r.y, r.x, nil
-}
-
-// hcPreNorm is a sublayer's input side: HCPre of the streams x with w's
-// mixing weights, then the RMSNorm of the collapsed stream col into h,
-// in one backend step where it has one (npu.HCPreNormer).
-func (m *Model) hcPreNorm(h, col, post, comb, x *npu.Tensor, w *hcWeights, norm *npu.Tensor) {
-	if f, ok := m.be.(npu.HCPreNormer); ok {
-		f.HCPreNorm(h, col, post, comb, x, w.fn, w.base, w.scale, norm, m.hc, m.d.RMSEps)
-		return
-	}
-	m.be.HCPre(col, post, comb, x, w.fn, w.base, w.scale, m.hc)
-	m.be.RMSNorm(h, col, norm, m.d.RMSEps)
 }
 
 // kda is a Kimi Delta Attention layer (§4.3) on the normed input h.
@@ -435,12 +376,6 @@ func (m *Model) mlp(out, h *npu.Tensor, w *mlpWeights, T int) {
 	I := w.down.K()
 	gu := m.ws.get("mlp.gateup", npu.F32, T, 2*I)
 	m.linear(gu, h, w.gateUp)
-	if f, ok := m.be.(npu.SwiGLUMatMuler); ok && w.down.q == nil && m.observeLinear == nil {
-		// One step where the backend has it: the SwiGLU rows are formed
-		// as the down projection reads them.
-		f.MatMulSwiGLU(out, gu, w.down.w, m.d.Limit)
-		return
-	}
 	act := m.ws.get("mlp.act", npu.F32, T, I)
 	m.be.SwiGLU(act, gu, m.d.Limit)
 	m.linear(out, act, w.down)

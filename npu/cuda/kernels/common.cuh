@@ -171,18 +171,6 @@ __device__ __forceinline__ float sigmoidf_(float x) {
 
 __device__ __forceinline__ float siluf_(float x) { return x * sigmoidf_(x); }
 
-// swiglu1 is one element of k_swiglu: silu(min(g, limit)) *
-// clamp(u, -limit, limit) when clamp is set, else silu(g) * u (NaN passes
-// through min and max as in Go). The GEMVs that read SwiGLU rows straight
-// from gate|up (k_gemv_tc_sw) share it, so their inputs are k_swiglu's bits.
-__device__ __forceinline__ float swiglu1(float g, float u, float limit, bool clamp) {
-	if (clamp) {
-		g = g != g ? g : fminf(g, limit);
-		u = u != u ? u : fmaxf(fminf(u, limit), -limit);
-	}
-	return siluf_(g) * u;
-}
-
 // nanmax is max with NaN propagating (either operand NaN gives NaN).
 __device__ __forceinline__ float nanmax(float a, float b) { return (a != a || a > b) ? a : b; }
 
@@ -337,38 +325,6 @@ __device__ __forceinline__ double thread_sumsq(const float *x, int n, bool vec) 
 		}
 	}
 	return ss;
-}
-
-// rmsnorm_row is k_rmsnorm's row (every thread of the block calls it):
-// o = x * rsqrt(mean(x^2) + eps) * w over n floats (w NULL: unweighted;
-// vec: x and o 16-byte aligned, n % 4 == 0). k_hc_fused ends with it, so
-// the same block size gives the same bits as k_rmsnorm.
-__device__ __forceinline__ void rmsnorm_row(float *o, const float *x, const void *w, int wdt, int n, float eps, bool vec) {
-	const double ss = block_sum(thread_sumsq(x, n, vec));
-	const float r = (float)(1.0 / sqrt((double)((float)(ss / n) + eps)));
-	if (vec) {
-		const float4 *x4 = (const float4 *)x;
-		float4 *o4 = (float4 *)o;
-		for (int c = threadIdx.x; c < n >> 2; c += blockDim.x) {
-			const float4 v = x4[c];
-			float y[4] = {v.x * r, v.y * r, v.z * r, v.w * r};
-			if (w != 0) {
-#pragma unroll
-				for (int u = 0; u < 4; u++) {
-					y[u] = y[u] * ldf(w, 4 * c + u, wdt);
-				}
-			}
-			o4[c] = make_float4(y[0], y[1], y[2], y[3]);
-		}
-		return;
-	}
-	for (int c = threadIdx.x; c < n; c += blockDim.x) {
-		float y = x[c] * r;
-		if (w != 0) {
-			y = y * ldf(w, c, wdt);
-		}
-		o[c] = y;
-	}
 }
 
 __device__ __forceinline__ float block_sumf(float v) {

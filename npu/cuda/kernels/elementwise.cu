@@ -49,7 +49,13 @@ extern "C" __global__ void k_swiglu(float *o, const float *gu, i64 rows, int int
 	GRID_STRIDE(i, n) {
 		const i64 r = i / inter;
 		const int c = (int)(i - r * inter);
-		o[i] = swiglu1(gu[r * 2 * inter + c], gu[r * 2 * inter + inter + c], limit, clamp != 0);
+		float g = gu[r * 2 * inter + c];
+		float u = gu[r * 2 * inter + inter + c];
+		if (clamp) {
+			g = g != g ? g : fminf(g, limit);
+			u = u != u ? u : fmaxf(fminf(u, limit), -limit);
+		}
+		o[i] = siluf_(g) * u;
 	}
 }
 

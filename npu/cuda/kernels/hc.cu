@@ -111,46 +111,26 @@ __device__ __forceinline__ float4 fmaf4(float p, float4 v, float4 acc) {
 	return make_float4(fmaf(p, v.x, acc.x), fmaf(p, v.y, acc.y), fmaf(p, v.z, acc.z), fmaf(p, v.w, acc.w));
 }
 
-// hc_post_elem is element (j, d) of one token's HCPost: sum_i comb[i, j]
-// x[i, d] (first product, then fmaf in stream order) + post_j y_d
-// (fmaf), for k_hc_post and k_hc_postpre.
-__device__ __forceinline__ float hc_post_elem(const float *ct, const float *xt, float pj, float yd, int n, int j, int d, int D) {
-	float acc = ct[j] * xt[d];
-	for (int i = 1; i < n; i++) {
-		acc = fmaf(ct[i * n + j], xt[(i64)i * D + d], acc);
-	}
-	return fmaf(pj, yd, acc);
-}
-
-// ld4 loads a float4, through L2 only when CG (data other blocks of the
-// launch wrote).
-template <bool CG>
-__device__ __forceinline__ float4 ld4(const float4 *p) {
-	return CG ? __ldcg(p) : *p;
-}
-
 // hc_collapse4 is the float4 collapse of k_hc_pre and k_hc_fused:
 // c4[d] = sum_i pre[i] x4[i*D4 + d] (first product, then fmaf in stream
 // order) for d = d0, d0 + step, ... below hi. Four streams (the model's
 // hc_mult) load all four before the first product: the same arithmetic
 // without a memory latency per stream.
-template <bool CG = false>
 __device__ __forceinline__ void hc_collapse4(float4 *c4, const float4 *x4, const float *pre, int n, int D4, int d0, int hi, int step) {
 	if (n == 4) {
 		const float p0 = pre[0], p1 = pre[1], p2 = pre[2], p3 = pre[3];
 		for (int d = d0; d < hi; d += step) {
-			const float4 v0 = ld4<CG>(x4 + d), v1 = ld4<CG>(x4 + D4 + d), v2 = ld4<CG>(x4 + 2 * (i64)D4 + d),
-				     v3 = ld4<CG>(x4 + 3 * (i64)D4 + d);
+			const float4 v0 = x4[d], v1 = x4[D4 + d], v2 = x4[2 * (i64)D4 + d], v3 = x4[3 * (i64)D4 + d];
 			const float4 acc = make_float4(p0 * v0.x, p0 * v0.y, p0 * v0.z, p0 * v0.w);
 			c4[d] = fmaf4(p3, v3, fmaf4(p2, v2, fmaf4(p1, v1, acc)));
 		}
 		return;
 	}
 	for (int d = d0; d < hi; d += step) {
-		const float4 v = ld4<CG>(x4 + d);
+		const float4 v = x4[d];
 		float4 acc = make_float4(pre[0] * v.x, pre[0] * v.y, pre[0] * v.z, pre[0] * v.w);
 		for (int i = 1; i < n; i++) {
-			acc = fmaf4(pre[i], ld4<CG>(x4 + (i64)i * D4 + d), acc);
+			acc = fmaf4(pre[i], x4[(i64)i * D4 + d], acc);
 		}
 		c4[d] = acc;
 	}
@@ -272,67 +252,19 @@ extern "C" __global__ void k_hc_pre(float *collapsed, float *post, float *comb, 
 	}
 }
 
-#define HC_MAX_MIX 40 // (2 + n) n for n*n <= 32 (k_hc_fused, k_hc_postpre)
-
-// hc_finish is the last block of token t in k_hc_fused and k_hc_postpre:
-// from the projection mt[0, mix) (shared memory) and the streams' fp64
-// sum of squares q it forms pre and post, runs the Sinkhorn combination
-// in warp 0 while the warps off its scheduler collapse the streams x
-// (CG: read through L2, written by other blocks of this launch), with
-// k_hc_pre's arithmetic; with normed != 0 the block then RMS-normalises
-// the collapsed row into normed (weight nw, k_rmsnorm's arithmetic).
-// Every thread of the block calls it.
-template <bool CG>
-__device__ __forceinline__ void hc_finish(int t, const float *mt, double q, float *collapsed, float *post, float *comb,
-					  const float *x, const void *base, int bdt, const void *scale, int sdt, int n, int D,
-					  int iters, float eps, float rms_eps, float *normed, const void *nw, int nwdt,
-					  float neps) {
-	__shared__ float pre[HC_MAX_STREAMS];
-	const int nD = n * D, tid = threadIdx.x;
-	const float r = (float)(1.0 / sqrt(q / (double)nD + (double)rms_eps));
-	if (tid < n) {
-		const float s0 = ldf(scale, 0, sdt), s1 = ldf(scale, 1, sdt);
-		pre[tid] = sigmoidf_((mt[tid] * r) * s0 + ldf(base, tid, bdt)) + eps;
-		post[(i64)t * n + tid] = 2.0f * sigmoidf_((mt[n + tid] * r) * s1 + ldf(base, n + tid, bdt));
-	}
-	__syncthreads(); // pre
-	const int nn = n * n, w = tid >> 5, nw4 = blockDim.x >> 5;
-	if (tid < 32) {
-		const int ri = tid / n, cj = tid - ri * n;
-		const float z0 = tid < nn ? (mt[2 * n + tid] * r) * ldf(scale, 2, sdt) + ldf(base, 2 * n + tid, bdt) : 0.0f;
-		const float v = hc_sinkhorn_warp(z0, n, ri, cj, iters, eps);
-		if (tid < nn) {
-			comb[(i64)t * nn + tid] = v;
-		}
-	} else if ((w & 3) != 0) {
-		// The collapse runs on the warps that do not share warp 0's
-		// scheduler (warp w on sub-partition w % 4): issuing beside the
-		// Sinkhorn's chain of shuffles and divisions doubled its latency.
-		const int ci = (w - (w >> 2) - 1) * 32 + (tid & 31), cn = (nw4 - (nw4 + 3) / 4) * 32;
-		const float4 *x4 = (const float4 *)(x + (i64)t * nD);
-		float4 *c4 = (float4 *)(collapsed + (i64)t * D);
-		hc_collapse4<CG>(c4, x4, pre, n, D >> 2, ci, D >> 2, cn);
-	}
-	if (normed == 0) {
-		return;
-	}
-	__syncthreads(); // the collapse's stores, read back by other threads
-	rmsnorm_row(normed + (i64)t * D, collapsed + (i64)t * D, nw, nwdt, D, neps, true);
-}
-
 // k_hc_fused: k_hc_proj and k_hc_pre in one launch for a decode step's
 // few tokens (n*n <= 32, float4 rows): grid (mix + 1, T), block (j, t)
 // forms m[t, j] (or ss[t]) as k_hc_proj does; the last block of token t
 // to finish (cnt[t], an atomicInc that wraps back to 0 for the next
-// launch) then finishes the token (hc_finish: k_hc_pre's arithmetic, the
-// same bits, and with normed != 0 HCPreNorm's RMSNorm).
+// launch) then forms pre and post, runs the Sinkhorn combination in warp
+// 0 while the warps off its scheduler collapse the streams, with
+// k_hc_pre's arithmetic (the same bits).
 extern "C" __global__ void k_hc_fused(float *collapsed, float *post, float *comb, float *m, const float *x, const float *fn,
 				      const void *base, int bdt, const void *scale, int sdt, int n, int D, int iters, float eps,
-				      float rms_eps, double *ss, unsigned *cnt, float *normed, const void *nw, int nwdt,
-				      float neps) {
+				      float rms_eps, double *ss, unsigned *cnt) {
 	pdl_prologue();
+	__shared__ float pre[HC_MAX_STREAMS];
 	__shared__ bool last;
-	__shared__ float ms[HC_MAX_MIX];
 	const int t = blockIdx.y, nD = n * D, mix = (2 + n) * n, tid = threadIdx.x;
 	hc_proj_block(m, x, fn, nD, mix, ss, blockIdx.x, t);
 	if (tid == 0) {
@@ -344,98 +276,35 @@ extern "C" __global__ void k_hc_fused(float *collapsed, float *post, float *comb
 		return;
 	}
 	__threadfence();
-	if (tid < mix) {
-		ms[tid] = __ldcg(m + (i64)t * mix + tid);
+	const float r = (float)(1.0 / sqrt(__ldcg(ss + t) / (double)nD + (double)rms_eps));
+	const float *mt = m + (i64)t * mix;
+	if (tid < n) {
+		const float s0 = ldf(scale, 0, sdt), s1 = ldf(scale, 1, sdt);
+		pre[tid] = sigmoidf_((__ldcg(mt + tid) * r) * s0 + ldf(base, tid, bdt)) + eps;
+		post[(i64)t * n + tid] = 2.0f * sigmoidf_((__ldcg(mt + n + tid) * r) * s1 + ldf(base, n + tid, bdt));
 	}
-	__syncthreads();
-	hc_finish<false>(t, ms, __ldcg(ss + t), collapsed, post, comb, x, base, bdt, scale, sdt, n, D, iters, eps, rms_eps,
-			 normed, nw, nwdt, neps);
-}
-
-// k_hc_postpre: HCPost, then HCPre and its RMSNorm on the new streams, in
-// one launch for a decode step's few tokens (n*n <= 32, float4 rows):
-// grid (G, T), block (b, t) forms its slice of token t's new streams xn
-// [T, n, D] = HCPost(y, post0, comb0, x0) (k_hc_post's arithmetic: the
-// same bits) and, from them, fp64 partial sums of the mixing projection
-// (fn [mix, nD], F32) and of the squares into part [T, G, mix + 1]; the
-// last block of token t to finish (cnt[t]) adds the G partials in block
-// order and finishes the token (hc_finish). The projection's sums are
-// added in another order than k_hc_fused's, so m may differ from it in
-// the last bit of a rounding tie; everything else is the same arithmetic.
-extern "C" __global__ void k_hc_postpre(float *xn, const float *y, const float *post0, const float *comb0,
-					const float *x0, float *collapsed, float *post, float *comb, const float *fn,
-					const void *base, int bdt, const void *scale, int sdt, int n, int D, int iters,
-					float eps, float rms_eps, double *part, unsigned *cnt, float *normed, const void *nw,
-					int nwdt, float neps) {
-	pdl_prologue();
-	__shared__ bool last;
-	__shared__ float ms[HC_MAX_MIX];
-	__shared__ double red[32][HC_MAX_MIX + 1];
-	__shared__ double sq;
-	const int t = blockIdx.y, G = gridDim.x, nD = n * D, mix = (2 + n) * n, tid = threadIdx.x;
-	const int lane = tid & 31, warp = tid >> 5, nw32 = blockDim.x >> 5;
-	const int per = (nD + G - 1) / G, lo = blockIdx.x * per, hi = min(nD, lo + per);
-	const float *xt = x0 + (i64)t * nD, *ct = comb0 + (i64)t * n * n, *yt = y + (i64)t * D;
-	double acc[HC_MAX_MIX + 1];
-#pragma unroll
-	for (int j = 0; j <= HC_MAX_MIX; j++) {
-		acc[j] = 0;
-	}
-	for (int e = lo + tid; e < hi; e += blockDim.x) {
-		const int j = e / D, d = e - j * D;
-		const float v = hc_post_elem(ct, xt, post0[(i64)t * n + j], yt[d], n, j, d, D);
-		xn[(i64)t * nD + e] = v;
-		const double dv = (double)v;
-		acc[HC_MAX_MIX] += dv * dv;
-#pragma unroll
-		for (int jj = 0; jj < HC_MAX_MIX; jj++) {
-			if (jj < mix) {
-				acc[jj] += dv * (double)fn[(i64)jj * nD + e];
-			}
+	__syncthreads(); // pre
+	const int nn = n * n;
+	if (tid < 32) {
+		const int ri = tid / n, cj = tid - ri * n;
+		const float z0 = tid < nn ? (__ldcg(mt + 2 * n + tid) * r) * ldf(scale, 2, sdt) + ldf(base, 2 * n + tid, bdt) : 0.0f;
+		const float v = hc_sinkhorn_warp(z0, n, ri, cj, iters, eps);
+		if (tid < nn) {
+			comb[(i64)t * nn + tid] = v;
 		}
-	}
-#pragma unroll
-	for (int jj = 0; jj <= HC_MAX_MIX; jj++) {
-		if (jj < mix || jj == HC_MAX_MIX) {
-			const double v = warp_sum(acc[jj]);
-			if (lane == 0) {
-				red[warp][jj < mix ? jj : mix] = v;
-			}
-		}
-	}
-	__syncthreads();
-	double *pt = part + ((i64)t * G + blockIdx.x) * (mix + 1);
-	if (tid <= mix) {
-		double v = 0;
-		for (int w = 0; w < nw32; w++) {
-			v += red[w][tid];
-		}
-		pt[tid] = v;
-	}
-	__syncthreads();
-	if (tid == 0) {
-		__threadfence(); // this block's xn slice and partials before its count
-		last = atomicInc(cnt + t, G - 1) == G - 1;
-	}
-	__syncthreads();
-	if (!last) {
 		return;
 	}
-	__threadfence();
-	if (tid <= mix) {
-		double v = 0;
-		for (int b = 0; b < G; b++) {
-			v += __ldcg(part + ((i64)t * G + b) * (mix + 1) + tid);
-		}
-		if (tid < mix) {
-			ms[tid] = (float)v;
-		} else {
-			sq = v;
-		}
+	// The collapse runs on the warps that do not share warp 0's scheduler
+	// (warp w on sub-partition w % 4): issuing beside the Sinkhorn's
+	// chain of shuffles and divisions doubled its latency.
+	const int w = tid >> 5, nw = blockDim.x >> 5;
+	if ((w & 3) == 0) {
+		return;
 	}
-	__syncthreads();
-	hc_finish<true>(t, ms, sq, collapsed, post, comb, xn, base, bdt, scale, sdt, n, D, iters, eps, rms_eps, normed, nw,
-			nwdt, neps);
+	const int ci = (w - (w >> 2) - 1) * 32 + (tid & 31), cn = (nw - (nw + 3) / 4) * 32;
+	const float4 *x4 = (const float4 *)(x + (i64)t * nD);
+	float4 *c4 = (float4 *)(collapsed + (i64)t * D);
+	hc_collapse4(c4, x4, pre, n, D >> 2, ci, D >> 2, cn);
 }
 
 // k_hc_post: out[t, j, d] = sum_i comb[t, i, j] x[t, i, d] + post[t, j] y[t, d].
@@ -447,7 +316,13 @@ extern "C" __global__ void k_hc_post(float *out, const float *y, const float *po
 		const i64 t = e / ((i64)n * D);
 		const int rem = (int)(e - t * n * D);
 		const int j = rem / D, d = rem - j * D;
-		out[e] = hc_post_elem(comb + t * n * n, x + t * n * D, post[t * n + j], y[t * D + d], n, j, d, D);
+		const float *ct = comb + t * n * n;
+		const float *xt = x + t * n * D;
+		float acc = ct[j] * xt[d];
+		for (int i = 1; i < n; i++) {
+			acc = fmaf(ct[i * n + j], xt[(i64)i * D + d], acc);
+		}
+		out[e] = fmaf(post[t * n + j], y[t * D + d], acc);
 	}
 }
 

@@ -534,16 +534,6 @@ __device__ __forceinline__ uint4 ld_stream(const u16 *p) {
 	return v;
 }
 
-// swiglu4 is swiglu1 per component (gate g, up u).
-__device__ __forceinline__ float4 swiglu4(float4 g, float4 u, float limit, bool clamp) {
-	return make_float4(swiglu1(g.x, u.x, limit, clamp), swiglu1(g.y, u.y, limit, clamp), swiglu1(g.z, u.z, limit, clamp),
-			   swiglu1(g.w, u.w, limit, clamp));
-}
-
-// ok_u says whether lane q's 8 k of the 32-wide k block kb lie in [0, K)
-// and the block below kbHi (gemv_tc's loads).
-__device__ __forceinline__ bool ok_u(int kb, int kbHi, int K, int q) { return kb < kbHi && (i64)kb * 32 + 8 * q < K; }
-
 // gemv_rows points lane (g, q) of gemv_tc at its two weight rows, n0 + g
 // and n0 + g + 8 of expert e (rows past N read row N-1; their sums are not
 // stored), 8q into the row.
@@ -595,10 +585,10 @@ __device__ __forceinline__ void gemv_krange(int K, int &kbLo, int &kbHi) {
 // part first, the two MMAs of a k block in two accumulators added at the
 // end (half the chain of dependent MMAs). Requires (host-checked) K % 8
 // == 0, A and W 16-byte aligned.
-template <int R, bool SW>
+template <int R>
 __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, const int *tok, const u16 *W,
 					const int *tiles, const int *ntiles, const int *off, int M, int N, int K,
-					float *part, int *cnt, int early, float limit, int clamp) {
+					float *part, int *cnt, int early) {
 	constexpr int U = GEMV_U / R; // loads in flight per lane: the same registers for both R
 	constexpr int MT = GEMV_MT * R;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, S = blockDim.x >> 5;
@@ -641,7 +631,7 @@ __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, co
 #pragma unroll
 		for (int h = 0; h < R; h++) {
 			const int m = 8 * h + g;
-			xr[h] = m < mt ? A + (i64)(tok ? tok[m0 + m] : m0 + m) * (SW ? 2 * K : K) + 8 * q : A;
+			xr[h] = m < mt ? A + (i64)(tok ? tok[m0 + m] : m0 + m) * K + 8 * q : A;
 		}
 		float acc[R][2][4];
 #pragma unroll
@@ -668,7 +658,7 @@ __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, co
 #pragma unroll
 				for (int h = 0; h < R; h++) {
 					x0[u][h] = x1[u][h] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-					if (!SW && ok && 8 * h + g < mt) {
+					if (ok && 8 * h + g < mt) {
 						x0[u][h] = *(const float4 *)(xr[h] + k);
 						x1[u][h] = *(const float4 *)(xr[h] + k + 4);
 					}
@@ -681,14 +671,6 @@ __device__ __forceinline__ void gemv_tc(float *red, float *C, const float *A, co
 				}
 #pragma unroll
 				for (int h = 0; h < R; h++) {
-					if (SW && ok_u(kb0 + S * u, kbHi, K, q) && 8 * h + g < mt) {
-						// k_swiglu's element from gate|up, loaded here
-						// (L1/L2 hits) rather than with the weights, so
-						// the weight loads keep their registers.
-						const i64 k = (i64)(kb0 + S * u) * 32;
-						x0[u][h] = swiglu4(*(const float4 *)(xr[h] + k), *(const float4 *)(xr[h] + K + k), limit, clamp != 0);
-						x1[u][h] = swiglu4(*(const float4 *)(xr[h] + k + 4), *(const float4 *)(xr[h] + K + k + 4), limit, clamp != 0);
-					}
 					// Pairs of k: 8q+{0,1}, +{2,3} (first MMA), +{4,5}, +{6,7}.
 					u32 p[3][4];
 					split3x2(x0[u][h].x, x0[u][h].y, p[0][0], p[1][0], p[2][0]);
@@ -779,7 +761,7 @@ extern "C" __global__ __launch_bounds__(512) void k_gemv_tc(float *C, const floa
 							    int N, int K, float *part, int *cnt, int early) {
 	// pdl_prologue inside gemv_tc, after the early weight loads (they read no kernel's output).
 	__shared__ float red[GEMV_MAXW * 128];
-	gemv_tc<1, false>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt, early, 0.0f, 0);
+	gemv_tc<1>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt, early);
 }
 
 // k_gemv_tc16: gemv_tc in passes of 16 rows: the dense MatMul of 9 to 16
@@ -789,28 +771,5 @@ extern "C" __global__ __launch_bounds__(512) void k_gemv_tc16(float *C, const fl
 							      int N, int K, float *part, int *cnt, int early) {
 	// pdl_prologue inside gemv_tc, after the early weight loads (they read no kernel's output).
 	__shared__ float red[GEMV_MAXW * 256];
-	gemv_tc<2, false>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt, early, 0.0f, 0);
-}
-
-// k_gemv_tc_sw and k_gemv_tc16_sw: k_gemv_tc and k_gemv_tc16 whose
-// activation rows are SwiGLU(gu) formed as they are read (A: gate|up rows
-// [*, 2K], gate columns first; limit and clamp as k_swiglu's): the MLPs'
-// and experts' down projections at decode without a k_swiglu launch
-// before them, with the same bits.
-extern "C" __global__ __launch_bounds__(512) void k_gemv_tc_sw(float *C, const float *A, const int *tok, const u16 *W,
-							       const int *tiles, const int *ntiles, const int *off, int M,
-							       int N, int K, float *part, int *cnt, int early, float limit,
-							       int clamp) {
-	// pdl_prologue inside gemv_tc, after the early weight loads (they read no kernel's output).
-	__shared__ float red[GEMV_MAXW * 128];
-	gemv_tc<1, true>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt, early, limit, clamp);
-}
-
-extern "C" __global__ __launch_bounds__(512) void k_gemv_tc16_sw(float *C, const float *A, const int *tok, const u16 *W,
-								 const int *tiles, const int *ntiles, const int *off, int M,
-								 int N, int K, float *part, int *cnt, int early, float limit,
-								 int clamp) {
-	// pdl_prologue inside gemv_tc, after the early weight loads (they read no kernel's output).
-	__shared__ float red[GEMV_MAXW * 256];
-	gemv_tc<2, true>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt, early, limit, clamp);
+	gemv_tc<2>(red, C, A, tok, W, tiles, ntiles, off, M, N, K, part, cnt, early);
 }

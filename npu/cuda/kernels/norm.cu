@@ -8,7 +8,31 @@
 extern "C" __global__ void k_rmsnorm(float *o, const float *x, const void *w, int wdt, int n, float eps, int vec) {
 	pdl_prologue();
 	const i64 base = (i64)blockIdx.x * n;
-	rmsnorm_row(o + base, x + base, w, wdt, n, eps, vec != 0);
+	const double ss = block_sum(thread_sumsq(x + base, n, vec != 0));
+	const float r = (float)(1.0 / sqrt((double)((float)(ss / n) + eps)));
+	if (vec) {
+		const float4 *x4 = (const float4 *)(x + base);
+		float4 *o4 = (float4 *)(o + base);
+		for (int c = threadIdx.x; c < n >> 2; c += blockDim.x) {
+			const float4 v = x4[c];
+			float y[4] = {v.x * r, v.y * r, v.z * r, v.w * r};
+			if (w != 0) {
+#pragma unroll
+				for (int u = 0; u < 4; u++) {
+					y[u] = y[u] * ldf(w, 4 * c + u, wdt);
+				}
+			}
+			o4[c] = make_float4(y[0], y[1], y[2], y[3]);
+		}
+		return;
+	}
+	for (int c = threadIdx.x; c < n; c += blockDim.x) {
+		float y = x[base + c] * r;
+		if (w != 0) {
+			y = y * ldf(w, c, wdt);
+		}
+		o[base + c] = y;
+	}
 }
 
 // k_rmsnorm_gated: RMSNorm times sigmoid(gate).
