@@ -333,30 +333,36 @@ __device__ __forceinline__ void gemm_tc_tile(float *C, i64 ldc, const float *A, 
 }
 
 
+// moe_gemm_tc is a block of k_moe_gemm_tc (P = 3) and k_moe_gemm_tc2 (P
+// = 2): routing tile blockIdx.y's rows times expert e's columns
+// blockIdx.x * MOE_TBN ... through gemm_tc_tile<P>.
+template <int P>
+__device__ __forceinline__ void moe_gemm_tc(float *C, const float *A, const int *tok, const u16 *W, const int *tiles,
+					    const int *ntiles, const int *off, int M, int N, int K, int vec) {
+	int e, r0, r1;
+	if (!moe_tile(tiles, ntiles, off, M, MOE_BM, e, r0, r1)) {
+		return;
+	}
+	gemm_tc_tile<P>(C, N, A, K, tok, W + (i64)e * N * K, N, K, r0, r1, blockIdx.x * MOE_TBN, vec);
+}
+
 // k_moe_gemm_tc is k_moe_gemm_f for BF16 weights on the tensor cores
-// (gemm_tc_tile): grid (ceil(N/MOE_TBN), routing tiles), 256 threads.
+// (gemm_tc_tile, three-part activations): grid (ceil(N/MOE_TBN), routing
+// tiles), 256 threads.
 extern "C" __global__ __launch_bounds__(256) void k_moe_gemm_tc(float *C, const float *A, const int *tok,
 								const u16 *W, const int *tiles, const int *ntiles,
 								const int *off, int M, int N, int K, int vec) {
 	pdl_prologue();
-	int e, r0, r1;
-	if (!moe_tile(tiles, ntiles, off, M, MOE_BM, e, r0, r1)) {
-		return;
-	}
-	gemm_tc_tile<3>(C, N, A, K, tok, W + (i64)e * N * K, N, K, r0, r1, blockIdx.x * MOE_TBN, vec);
+	moe_gemm_tc<3>(C, A, tok, W, tiles, ntiles, off, M, N, K, vec);
 }
 
-// k_moe_gemm_tc2 is k_moe_gemm_tc on two-part activations (gemm_tc_tile
-// with P = 2): the prefill MoE GEMMs.
+// k_moe_gemm_tc2 is k_moe_gemm_tc on two-part activations: the prefill MoE
+// GEMMs (moeTCParts).
 extern "C" __global__ __launch_bounds__(256) void k_moe_gemm_tc2(float *C, const float *A, const int *tok,
 								 const u16 *W, const int *tiles, const int *ntiles,
 								 const int *off, int M, int N, int K, int vec) {
 	pdl_prologue();
-	int e, r0, r1;
-	if (!moe_tile(tiles, ntiles, off, M, MOE_BM, e, r0, r1)) {
-		return;
-	}
-	gemm_tc_tile<2>(C, N, A, K, tok, W + (i64)e * N * K, N, K, r0, r1, blockIdx.x * MOE_TBN, vec);
+	moe_gemm_tc<2>(C, A, tok, W, tiles, ntiles, off, M, N, K, vec);
 }
 
 // k_gemm_tc_strided is a strided batch of dense tensor-core GEMMs
