@@ -13,10 +13,14 @@ const hcMaxStreams = 16
 // it applies; false keeps the two launches (tests compare them).
 var hcFused = true
 
-// cntWords is the size of the backend's zeroed counters (gemvCnt): the
-// split-K GEMV's tile counts, then k_hc_fused's token counts, then
-// k_router_fused's.
-const cntWords = gemvSplitTiles + hcProjMaxT + routerFusedMaxT
+// The backend's zeroed counters (gemvCnt, cntWords int32s): the split-K
+// GEMV's tile counts, then k_hc_fused's token counts (from hcCntOff), then
+// k_router_fused's (from routerCntOff).
+const (
+	hcCntOff     = gemvSplitTiles
+	routerCntOff = hcCntOff + hcProjMaxT
+	cntWords     = routerCntOff + routerFusedMaxT
+)
 
 // hcProjMaxT is the most tokens whose HCPre projection runs as k_hc_proj
 // (one block per output, a decode step's sizes); more go to MatMul.
@@ -67,7 +71,7 @@ func (b *Backend) HCPre(collapsed, post, comb, x, fn, base, scale *npu.Tensor, p
 			b.launch("k_hc_fused", d2(mix+1, T), d1(max(vecThreads(nD/4, true), 64)), 0,
 				pc, b.ptr(post), b.ptr(comb), mbuf.ptr, px, pf,
 				b.ptr(base), pI32(dtypeCode(base.DType())), b.ptr(scale), pI32(dtypeCode(scale.DType())),
-				pI32(n), pI32(D), pI32(p.SinkhornIters), pF32(p.Eps), pF32(p.RMSEps), ss, b.gemvCnt+4*gemvSplitTiles)
+				pI32(n), pI32(D), pI32(p.SinkhornIters), pF32(p.Eps), pF32(p.RMSEps), ss, b.gemvCnt+4*hcCntOff)
 			b.freeBuf(mbuf)
 			return
 		}

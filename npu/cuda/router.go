@@ -81,7 +81,7 @@ func (b *Backend) Router(weights, ids, x, gate, bias *npu.Tensor, p npu.RouterPa
 		b.launch("k_router_fused", d2(T, E), d1(256), shmem,
 			b.ptr(weights), b.ptr(ids), scores.ptr, b.ptr(x), b.ptr(gate), pI32(dtypeCode(gate.DType())), pI32(D),
 			b.ptr(bias), pI32(dtypeCode(bias.DType())), pI32(k), pI32(ng), pI32(p.TopKGroup), pBool(p.Normalize), pF32(p.Scale),
-			b.gemvCnt+4*(gemvSplitTiles+hcProjMaxT))
+			b.gemvCnt+4*routerCntOff)
 		b.freeBuf(scores)
 		return
 	}

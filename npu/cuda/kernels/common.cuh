@@ -446,27 +446,33 @@ __device__ __forceinline__ u32 bf2(float a, float b) {
 __device__ __forceinline__ float bf2_lo(u32 v) { return __uint_as_float(v << 16); }
 __device__ __forceinline__ float bf2_hi(u32 v) { return __uint_as_float(v & 0xffff0000u); }
 
-// split3x2 writes the pair (a, b) as three packed bf16 pairs with a =
-// hi + mid + lo to 24 bits (all of an fp32 mantissa, as k_moe_gemm_tc
-// splits), likewise b. A non-finite value is carried by hi alone (its
-// remainder, NaN, is replaced by 0), so an infinity stays one.
-__device__ __forceinline__ void split3x2(float a, float b, u32 &hi, u32 &mid, u32 &lo) {
-	hi = bf2(a, b);
-	float ra = a - bf2_lo(hi), rb = b - bf2_hi(hi);
+// bf2_rest is the pair (a, b) less its packed bf16 rounding hi, with a
+// NaN remainder (a non-finite value, carried by hi alone) replaced by 0,
+// so an infinity stays one: the remainders split3x2 and split2x2 round.
+__device__ __forceinline__ void bf2_rest(float a, float b, u32 hi, float &ra, float &rb) {
+	ra = a - bf2_lo(hi);
+	rb = b - bf2_hi(hi);
 	ra = ra == ra ? ra : 0.0f;
 	rb = rb == rb ? rb : 0.0f;
+}
+
+// split3x2 writes the pair (a, b) as three packed bf16 pairs with a =
+// hi + mid + lo to 24 bits (all of an fp32 mantissa, as k_moe_gemm_tc
+// splits), likewise b.
+__device__ __forceinline__ void split3x2(float a, float b, u32 &hi, u32 &mid, u32 &lo) {
+	float ra, rb;
+	hi = bf2(a, b);
+	bf2_rest(a, b, hi, ra, rb);
 	mid = bf2(ra, rb);
 	lo = bf2(ra - bf2_lo(mid), rb - bf2_hi(mid));
 }
 
 // split2x2 writes the pair (a, b) as two packed bf16 pairs with a = hi +
-// lo to 16 bits (k_moe_gemm_tc2), likewise b; a non-finite value is
-// carried by hi alone, as in split3x2.
+// lo to 16 bits (k_moe_gemm_tc2), likewise b.
 __device__ __forceinline__ void split2x2(float a, float b, u32 &hi, u32 &lo) {
+	float ra, rb;
 	hi = bf2(a, b);
-	float ra = a - bf2_lo(hi), rb = b - bf2_hi(hi);
-	ra = ra == ra ? ra : 0.0f;
-	rb = rb == rb ? rb : 0.0f;
+	bf2_rest(a, b, hi, ra, rb);
 	lo = bf2(ra, rb);
 }
 

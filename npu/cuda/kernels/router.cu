@@ -14,12 +14,9 @@ __device__ __forceinline__ u64 rank_key(float v, int i) {
 #define ROUTER_MAX_GROUPS 64
 #define ROUTER_MAX_K 64
 
-// k_router_scores: grid (T, E), 256 threads: the sigmoid score of
-// expert e for token t (the dot product accumulated in fp64) into
-// scores [T, E]. One block per (token, expert), so a decode step's few
-// tokens still spread the gate's rows over the GPU.
-// router_score is block (t, e) of k_router_scores: the sigmoid score of
-// expert e for token t, the dot product accumulated in fp64.
+// router_score is block (t, e) of k_router_scores and k_router_fused:
+// the sigmoid score of expert e for token t (the dot product accumulated
+// in fp64) into scores [T, E].
 __device__ __forceinline__ void router_score(float *scores, const float *x, const void *gate, int gdt, int D, int t, int e, int E) {
 	const float *xt = x + (i64)t * D;
 	const i64 go = (i64)e * D;
@@ -44,15 +41,19 @@ __device__ __forceinline__ void router_score(float *scores, const float *x, cons
 	}
 }
 
+// k_router_scores: grid (T, E), 256 threads: router_score. One block per
+// (token, expert), so a decode step's few tokens still spread the gate's
+// rows over the GPU.
 extern "C" __global__ void k_router_scores(float *scores, const float *x, const void *gate, int gdt, int D) {
 	pdl_prologue();
 	router_score(scores, x, gate, gdt, D, blockIdx.x, blockIdx.y, gridDim.y);
 }
 
-// k_router: the selection for token t from its scores [T, E]
-// (k_router_scores), bias [E] (dtype bdt); weights [T, k], ids [T, k].
-// router_select is k_router's block for token t (every thread calls it;
-// sh: 2*E floats of dynamic shared memory).
+// router_select is the selection for token t from its scores [T, E],
+// bias [E] (dtype bdt) into weights [T, k], ids [T, k]: k_router's block
+// and k_router_fused's last one (every thread calls it; sh: 2*E floats of
+// dynamic shared memory; the scores are read through L2, another block
+// may have written them).
 __device__ __forceinline__ void router_select(float *weights, int *ids, const float *scores, const void *bias, int bdt,
 					      int E, int k, int ngroup, int topk_group, int normalize, float scale, int t,
 					      float *sh) {
@@ -147,6 +148,8 @@ __device__ __forceinline__ void router_select(float *weights, int *ids, const fl
 	}
 }
 
+// k_router: grid (T), router_select for token blockIdx.x from
+// k_router_scores' scores.
 extern "C" __global__ void k_router(float *weights, int *ids, const float *scores, const void *bias, int bdt, int E,
 				    int k, int ngroup, int topk_group, int normalize, float scale) {
 	pdl_prologue();
