@@ -250,7 +250,13 @@ func TestLockstepFailures(t *testing.T) {
 			for i, p := range prompts(3, 7) {
 				ch, err := e.Add(&Request{ID: fmt.Sprint(i), PromptTokens: p, Params: greedy(10000)})
 				if err != nil {
-					t.Fatal(err)
+					// The failing step may come before the last Add (the
+					// lockstep loop steps as soon as it has work): the dead
+					// engine refuses the request with the same cause.
+					if !errors.Is(err, glm5next.ErrCollective) {
+						t.Fatalf("Add %d: %v", i, err)
+					}
+					continue
 				}
 				chans = append(chans, ch)
 			}
