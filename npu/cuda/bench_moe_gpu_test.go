@@ -57,19 +57,24 @@ func TestGPUMoEThroughput(t *testing.T) {
 				continue // the tiled GEMMs: gemvTC does not apply
 			}
 			gemvTC = tc
-			// The tiled GEMM's activation parts (two, three).
-			parts := []int{2}
-			if T > 32 {
-				parts = append(parts, 3)
+			// The tiled GEMM's forms: k_moe_gemm_pipe, k_moe_gemm_tc2
+			// (two parts), k_moe_gemm_tc (three).
+			type form struct {
+				parts int
+				pipe  bool
 			}
-			for _, np := range parts {
-				moeTCParts = np
+			forms := []form{{2, true}}
+			if T > 32 {
+				forms = append(forms, form{2, false}, form{3, false})
+			}
+			for _, f := range forms {
+				moeTCParts, moePipe = f.parts, f.pipe
 				ms := timed(reps, func() { b.MoE(out, x, gu16, dn16, w, idt, 7) })
 				wb := 2 * perExpert * float64(len(touched))
-				report(fmt.Sprintf("MoE bf16 T=%d E=%d top-%d D=%d I=%d gemvTC=%v parts=%d", T, E, k, D, I, tc, np), ms, wb, flops)
+				report(fmt.Sprintf("MoE bf16 T=%d E=%d top-%d D=%d I=%d gemvTC=%v parts=%d pipe=%v", T, E, k, D, I, tc, f.parts, f.pipe), ms, wb, flops)
 				t.Logf("  %d experts touched: %.2f of copy", len(touched), wb/ms/1e6/copyGBs)
 			}
-			moeTCParts = 2
+			moeTCParts, moePipe = 2, true
 		}
 		gemvTC = true
 		ms := timed(reps, func() { b.MoEQ(out, x, gu8, dn8, w, idt, 7) })

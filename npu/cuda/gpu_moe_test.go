@@ -41,23 +41,25 @@ var moeCases = []moeCase{
 	{70, 96, 4, 40, 2},    // tiled GEMMs (140 rows > 16*4), an expert with many rows
 	{150, 67, 3, 33, 3},   // tiled, odd K, partial tiles
 	{1100, 64, 5, 24, 2},  // more tokens than one chunk (moeChunk)
+	{300, 264, 6, 136, 4}, // tiled, K % 8 == 0 (k_moe_gemm_pipe): a partial last stage, partial column tiles
 }
 
 func TestGPUMoE(t *testing.T) {
 	h := newBoth(t, 21)
-	defer func(p int) { moeTCParts = p }(moeTCParts)
+	defer func(p int, on bool) { moeTCParts, moePipe = p, on }(moeTCParts, moePipe)
 	for _, c := range moeCases {
 		for _, wdt := range floatTypes {
 			for _, f := range []struct {
 				limit float32
-				parts int // of the tiled tensor-core GEMM's activations (BF16)
-			}{{0, 2}, {1.5, 2}, {1.5, 3}} {
-				if f.parts == 3 && wdt != npu.BF16 {
+				parts int  // of the tiled tensor-core GEMM's activations (BF16)
+				pipe  bool // k_moe_gemm_pipe where usePipe allows, else k_moe_gemm_tc2
+			}{{0, 2, true}, {1.5, 2, true}, {1.5, 2, false}, {1.5, 3, false}} {
+				if (f.parts == 3 || !f.pipe) && wdt != npu.BF16 {
 					continue
 				}
 				limit := f.limit
-				moeTCParts = f.parts
-				name := fmt.Sprintf("MoE %+v w=%v limit=%v parts=%d", c, wdt, limit, moeTCParts)
+				moeTCParts, moePipe = f.parts, f.pipe
+				name := fmt.Sprintf("MoE %+v w=%v limit=%v parts=%d pipe=%v", c, wdt, limit, moeTCParts, moePipe)
 				x := h.rand(npu.F32, 1, c.T, c.D)
 				gu := h.rand(wdt, 0.2, c.E, 2*c.I, c.D)
 				dn := h.rand(wdt, 0.2, c.E, c.D, c.I)
@@ -92,6 +94,39 @@ func TestGPUMoE(t *testing.T) {
 		t.Fatalf("MoE with expert id 4 of 4: Sync returned %v, want a DeviceError naming MoE and the id", err)
 	}
 	h.free(x, gu, dn, w, ids, out)
+}
+
+// TestGPUMoEPipeBits: k_moe_gemm_pipe (activations split beforehand)
+// gives k_moe_gemm_tc2's bits, the same MMAs in the same order.
+func TestGPUMoEPipeBits(t *testing.T) {
+	h := newBoth(t, 23)
+	defer func(p int, on bool) { moeTCParts, moePipe = p, on }(moeTCParts, moePipe)
+	moeTCParts = 2
+	for _, c := range []moeCase{{70, 96, 4, 40, 2}, {300, 264, 6, 136, 4}, {1100, 64, 5, 24, 2}, {257, 512, 8, 256, 8}} {
+		x := h.rand(npu.F32, 1, c.T, c.D)
+		gu := h.rand(npu.BF16, 0.2, c.E, 2*c.I, c.D)
+		dn := h.rand(npu.BF16, 0.2, c.E, c.D, c.I)
+		w := h.rand(npu.F32, 0.5, c.T, c.k)
+		ids := h.ints(h.moeIDs(c.T, c.k, c.E), c.T, c.k)
+		var got [2][]byte
+		for i, on := range []bool{false, true} {
+			moePipe = on
+			out := h.zeros(npu.F32, c.T, c.D)
+			h.g.MoE(out.g, x.g, gu.g, dn.g, w.g, ids.g, 1.5)
+			got[i], _ = h.bytes(out)
+			h.free(out)
+		}
+		if string(got[0]) != string(got[1]) {
+			v0, v1 := decode(got[0], npu.F32), decode(got[1], npu.F32)
+			for i := range v0 {
+				if math.Float32bits(v0[i]) != math.Float32bits(v1[i]) {
+					t.Errorf("MoE %+v: k_moe_gemm_pipe differs from k_moe_gemm_tc2 first at element %d: %g, want %g", c, i, v1[i], v0[i])
+					break
+				}
+			}
+		}
+		h.free(x, gu, dn, w, ids)
+	}
 }
 
 // qweight makes a random quantized weight [N, K] (E == 0) or [E, N, K]

@@ -117,7 +117,7 @@ func useGemvTC(dt npu.DType, M, N, K int, x, w uint64) bool {
 // when cuBLASLt has no bf16 algorithm for this shape and alignment.
 func (b *Backend) splitGemm(M, N, K int, w, x, out uint64) bool {
 	n := M * K
-	half := (2*n + 255) &^ 255 // lo starts 256-byte aligned
+	half := splitHalf(n)
 	p1, err1 := b.ltPlan(cudaR16BF, M, N, K, w, 0, out)
 	p2, err2 := b.ltPlan(cudaR16BF, M, N, K, w, uint64(half), out)
 	if err1 != nil || err2 != nil {

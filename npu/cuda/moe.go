@@ -310,21 +310,72 @@ func (b *Backend) MoE(out, x, gateUp, down, weights, ids *npu.Tensor, limit floa
 	cg, cd := dtypeCode(gateUp.DType()), dtypeCode(down.DType())
 	b.moeRun(opMoE, out, x, weights, ids, k, E, I, limit, moeProj{
 		up: func(rt *moeRoute, xc uint64, tc int, gu uint64) {
-			b.gemmF(gu, xc, rt.tok, pg, cg, 0, 0, rt, rt.n, 2*I, D)
+			if !usePipe(rt, cg, 2*I, D, pg) {
+				b.gemmF(gu, xc, rt.tok, pg, cg, 0, 0, rt, rt.n, 2*I, D)
+				return
+			}
+			half := splitHalf(tc * D)
+			s := b.temp(2 * half)
+			b.launch("k_split_bf16", b.gridFor(int64(tc*D), elemThreads), d1(elemThreads), 0,
+				s.ptr, s.ptr+uint64(half), xc, pI64(tc*D))
+			b.gemmPipe(gu, s.ptr, s.ptr+uint64(half), rt.tok, pg, rt, 2*I, D)
+			b.freeBuf(s)
 		},
-		down: func(rt *moeRoute, h, y uint64) {
+		splitDown: func(rt *moeRoute) bool { return usePipe(rt, cd, D, I, pd) },
+		down: func(rt *moeRoute, h, y uint64, split bool) {
+			if split {
+				b.gemmPipe(y, h, h+uint64(splitHalf(rt.n*I)), 0, pd, rt, D, I)
+				return
+			}
 			b.gemmF(y, h, 0, pd, cd, 0, 0, rt, rt.n, D, I)
 		},
 	})
 }
 
+// EnvMoEPipe ("0" turns it off) is moePipe's switch.
+const EnvMoEPipe = "NPUSERVE_CUDA_MOE_PIPE"
+
+// moePipe selects k_moe_gemm_pipe for MoE's tiled BF16 grouped GEMMs at
+// two parts (the activations split once, by k_split_bf16 and
+// k_swiglu_split, rather than in every block's loop); false keeps
+// k_moe_gemm_tc2, whose results are the same bits.
+var moePipe = os.Getenv(EnvMoEPipe) != "0"
+
+// Geometry of k_moe_gemm_pipe (MOE_PBN, MOE_PSMEM in kernels/moe.cu).
+const (
+	moePipeBN     = 256
+	moePipeShared = 3 * (2*moeBM + moePipeBN) * 40 * 2
+)
+
+// usePipe says whether the grouped GEMM of routing rt into N columns of
+// K-long rows, weights w of dtype code wdt, takes k_moe_gemm_pipe: tiled
+// (not rt.small), BF16, two parts, and the kernel's 16-byte copies (K %
+// 8 == 0, w aligned) and paired stores (N even).
+func usePipe(rt *moeRoute, wdt, N, K int, w uint64) bool {
+	return moePipe && moeTensorCores && moeTCParts == 2 && !rt.small && wdt == dtypeCode(npu.BF16) &&
+		K%8 == 0 && N%2 == 0 && w%16 == 0
+}
+
+// splitHalf is the byte offset of the lo half of n split bf16 values
+// (hi first; lo 256-byte aligned).
+func splitHalf(n int) int { return (2*n + 255) &^ 255 }
+
+// gemmPipe enqueues k_moe_gemm_pipe: C [rt.n, N] = (hi + lo) · W_eᵀ over
+// rt's tiles, GEMM row r reading split row tok[r] (r when tok == 0).
+func (b *Backend) gemmPipe(c, hi, lo, tok, w uint64, rt *moeRoute, N, K int) {
+	b.launchShared("k_moe_gemm_pipe", d2((N+moePipeBN-1)/moePipeBN, rt.maxTiles), d1(256), moePipeShared,
+		c, hi, lo, tok, w, rt.tiles, rt.ntiles, rt.off, pI32(rt.n), pI32(N), pI32(K))
+}
+
 // moeProj are the two expert projections of one chunk: up writes the
 // gate|up rows gu [n, 2I] from the chunk's tokens xc [tc, D] (row r of
 // the GEMM is token rt.tok[r]); down writes y [n, D] from the SwiGLU rows
-// h [n, I] (h may be overwritten).
+// h [n, I] (h may be overwritten), fp32, or split into bf16 hi at h and
+// lo at h + splitHalf(n*I) when splitDown (nil: never) says so.
 type moeProj struct {
-	up   func(rt *moeRoute, xc uint64, tc int, gu uint64)
-	down func(rt *moeRoute, h, y uint64)
+	up        func(rt *moeRoute, xc uint64, tc int, gu uint64)
+	splitDown func(rt *moeRoute) bool
+	down      func(rt *moeRoute, h, y uint64, split bool)
 }
 
 // moeRun is the chunked dispatch MoE and MoEQ share (see the top of the
@@ -333,7 +384,7 @@ func (b *Backend) moeRun(op int, out, x, weights, ids *npu.Tensor, k, E, I int, 
 	T, D := x.Dim(0), x.Dim(1)
 	rows := min(T, moeChunk) * k
 	gu := b.temp(4 * rows * 2 * I)
-	h := b.temp(4 * rows * I)
+	h := b.temp(4*rows*I + 512) // fp32, or the split halves with lo aligned
 	y := b.temp(4 * rows * D)
 	po, px, pw, pi := b.ptr(out), b.ptr(x), b.ptr(weights), b.ptr(ids)
 	clamp := limit > 0 && !math.IsInf(float64(limit), 1)
@@ -342,9 +393,15 @@ func (b *Backend) moeRun(op int, out, x, weights, ids *npu.Tensor, k, E, I int, 
 		n := tc * k
 		rt := b.route(op, pi+uint64(4*c0*k), n, k, E)
 		p.up(rt, px+uint64(4*c0*D), tc, gu.ptr)
-		b.launch("k_swiglu", b.gridFor(int64(n*I), elemThreads), d1(elemThreads), 0,
-			h.ptr, gu.ptr, pI64(n), pI32(I), pF32(limit), pBool(clamp))
-		p.down(rt, h.ptr, y.ptr)
+		split := p.splitDown != nil && p.splitDown(rt)
+		if split {
+			b.launch("k_swiglu_split", b.gridFor(int64(n*I), elemThreads), d1(elemThreads), 0,
+				h.ptr, h.ptr+uint64(splitHalf(n*I)), gu.ptr, pI64(n), pI32(I), pF32(limit), pBool(clamp))
+		} else {
+			b.launch("k_swiglu", b.gridFor(int64(n*I), elemThreads), d1(elemThreads), 0,
+				h.ptr, gu.ptr, pI64(n), pI32(I), pF32(limit), pBool(clamp))
+		}
+		p.down(rt, h.ptr, y.ptr, split)
 		b.launch("k_moe_combine", d2(tc, (D+255)/256), d1(256), 0,
 			po+uint64(4*c0*D), y.ptr, pw+uint64(4*c0*k), pi+uint64(4*c0*k), rt.rows, pI32(k), pI32(D))
 		b.freeBuf(rt.buf)

@@ -116,10 +116,19 @@ func TestMoEOpNames(t *testing.T) {
 // shared memory.
 func TestGEMVKernelConstants(t *testing.T) {
 	text, defs := kernelDefines(t, "kernels/moe.cu")
-	for name, want := range map[string]int{"GEMV_MT": gemvPass, "GEMV_U": gemvU, "GEMV_MAXW": gemvMaxW, "MOE_BM": moeBM, "MOE_BN": moeBN, "MOE_TBN": moeTCBN} {
+	for name, want := range map[string]int{"GEMV_MT": gemvPass, "GEMV_U": gemvU, "GEMV_MAXW": gemvMaxW, "MOE_BM": moeBM, "MOE_BN": moeBN, "MOE_TBN": moeTCBN, "MOE_PBN": moePipeBN} {
 		if got, ok := defs[name]; !ok || got != want {
 			t.Errorf("moe.cu: %s = %d (defined %v), Go has %d", name, got, ok, want)
 		}
+	}
+	// k_moe_gemm_pipe's dynamic shared memory (MOE_PSMEM: stages of hi,
+	// lo and W rows, MOE_PBK + 8 bf16 each) is what the launch passes,
+	// and two blocks fit an H200 SM (227 KiB).
+	if !strings.Contains(text, "#define MOE_PLD (MOE_PBK + 8)") || !strings.Contains(text, "#define MOE_PSMEM (MOE_PST * (2 * MOE_BM + MOE_PBN) * MOE_PLD * 2)") {
+		t.Error("moe.cu: MOE_PLD or MOE_PSMEM is not the formula moePipeShared follows")
+	}
+	if got := defs["MOE_PST"] * (2*defs["MOE_BM"] + defs["MOE_PBN"]) * (defs["MOE_PBK"] + 8) * 2; got != moePipeShared || 2*got > 227<<10 {
+		t.Errorf("moe.cu: MOE_PSMEM = %d, moePipeShared = %d (two blocks must fit 227 KiB)", got, moePipeShared)
 	}
 	q, err := kernelFS.ReadFile("kernels/quant.cu")
 	if err != nil {
@@ -207,6 +216,39 @@ func TestUseGemvTC(t *testing.T) {
 	} {
 		if got := useGemvTC(c.dt, c.M, c.N, c.K, c.x, c.w); got != c.want {
 			t.Errorf("useGemvTC(%v, M=%d, N=%d, K=%d, x=%#x, w=%#x) = %v, want %v", c.dt, c.M, c.N, c.K, c.x, c.w, got, c.want)
+		}
+	}
+}
+
+// TestUsePipe: k_moe_gemm_pipe takes the tiled BF16 grouped GEMMs whose
+// rows its 16-byte copies and paired stores can serve, at two parts only.
+func TestUsePipe(t *testing.T) {
+	defer func(p int, on bool) { moeTCParts, moePipe = p, on }(moeTCParts, moePipe)
+	tiled, small := &moeRoute{}, &moeRoute{small: true}
+	bf, f16 := dtypeCode(npu.BF16), dtypeCode(npu.F16)
+	for _, c := range []struct {
+		rt     *moeRoute
+		wdt    int
+		N, K   int
+		w      uint64
+		parts  int
+		pipe   bool
+		want   bool
+		reason string
+	}{
+		{tiled, bf, 4096, 4096, 0x1000, 2, true, true, "the prefill shape"},
+		{tiled, bf, 96, 40, 0x1000, 2, true, true, "K a multiple of 8"},
+		{small, bf, 4096, 4096, 0x1000, 2, true, false, "decode: k_gemv_tc"},
+		{tiled, f16, 4096, 4096, 0x1000, 2, true, false, "F16 weights: k_moe_gemm_f"},
+		{tiled, bf, 4096, 4100, 0x1000, 2, true, false, "K % 8 != 0"},
+		{tiled, bf, 4095, 4096, 0x1000, 2, true, false, "odd N"},
+		{tiled, bf, 4096, 4096, 0x1008, 2, true, false, "W not 16-byte aligned"},
+		{tiled, bf, 4096, 4096, 0x1000, 3, true, false, "three parts: k_moe_gemm_tc"},
+		{tiled, bf, 4096, 4096, 0x1000, 2, false, false, "switched off"},
+	} {
+		moeTCParts, moePipe = c.parts, c.pipe
+		if got := usePipe(c.rt, c.wdt, c.N, c.K, c.w); got != c.want {
+			t.Errorf("%s: usePipe(small=%v, wdt=%d, N=%d, K=%d, w=%#x) at %d parts = %v, want %v", c.reason, c.rt.small, c.wdt, c.N, c.K, c.w, c.parts, got, c.want)
 		}
 	}
 }

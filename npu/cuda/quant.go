@@ -280,7 +280,7 @@ func (b *Backend) MoEQ(out, x *npu.Tensor, gateUp, down *npu.QuantWeight, weight
 			b.gemmQ(pg, gu, a, rt.tok, rt, rt.n)
 			b.freeBuf(a.buf)
 		},
-		down: func(rt *moeRoute, h, y uint64) {
+		down: func(rt *moeRoute, h, y uint64, _ bool) {
 			if pd.scheme == npu.QMXFP8 {
 				b.mxFake(h, h, rt.n, I, pd.group, pd.alg) // in place
 				b.gemmF(y, h, 0, pd.w, dtypeCode(npu.F8E4M3), pd.scale, pd.group, rt, rt.n, D, I)

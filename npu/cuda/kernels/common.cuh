@@ -456,6 +456,15 @@ __device__ __forceinline__ void bf2_rest(float a, float b, u32 hi, float &ra, fl
 	rb = rb == rb ? rb : 0.0f;
 }
 
+// split_bf16 writes v = hi + lo to 16 bits (hi = bf16(v), lo = bf16(v -
+// hi)); a non-finite remainder (v infinite or NaN, or rounding up to an
+// infinity) gives lo = 0. For finite pairs these are split2x2's halves.
+__device__ __forceinline__ void split_bf16(float v, u16 &hi, u16 &lo) {
+	hi = f32_to_bf16(v);
+	const float r = v - bf16_to_f32(hi);
+	lo = (r == r && fabsf(r) != __uint_as_float(0x7f800000u)) ? f32_to_bf16(r) : (u16)0;
+}
+
 // split3x2 writes the pair (a, b) as three packed bf16 pairs with a =
 // hi + mid + lo to 24 bits (all of an fp32 mantissa, as k_moe_gemm_tc
 // splits), likewise b.
@@ -486,6 +495,8 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
 __device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
+__device__ __forceinline__ void cp_async_wait0() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 // ldsm_x4 is ldmatrix.x4: lane l names row (l & 15) at column 8 (l >> 4)
 // of a 16x16 bf16 tile, giving the m16n8k16 A fragment (a0..a3).

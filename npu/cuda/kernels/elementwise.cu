@@ -40,6 +40,19 @@ extern "C" __global__ void k_silu(float *o, const float *x, i64 n) {
 	GRID_STRIDE(i, n) { o[i] = siluf_(x[i]); }
 }
 
+// swiglu_at is element i of k_swiglu's output.
+__device__ __forceinline__ float swiglu_at(const float *gu, i64 i, int inter, float limit, int clamp) {
+	const i64 r = i / inter;
+	const int c = (int)(i - r * inter);
+	float g = gu[r * 2 * inter + c];
+	float u = gu[r * 2 * inter + inter + c];
+	if (clamp) {
+		g = g != g ? g : fminf(g, limit);
+		u = u != u ? u : fmaxf(fminf(u, limit), -limit);
+	}
+	return siluf_(g) * u;
+}
+
 // k_swiglu: gu [rows, 2*inter] (gate columns first) into o [rows, inter]:
 // silu(min(gate, limit)) * clamp(up, -limit, limit) when clamp is set,
 // else silu(gate) * up. NaN propagates through min and max as in Go.
@@ -47,15 +60,19 @@ extern "C" __global__ void k_swiglu(float *o, const float *gu, i64 rows, int int
 	pdl_prologue();
 	const i64 n = rows * inter;
 	GRID_STRIDE(i, n) {
-		const i64 r = i / inter;
-		const int c = (int)(i - r * inter);
-		float g = gu[r * 2 * inter + c];
-		float u = gu[r * 2 * inter + inter + c];
-		if (clamp) {
-			g = g != g ? g : fminf(g, limit);
-			u = u != u ? u : fmaxf(fminf(u, limit), -limit);
-		}
-		o[i] = siluf_(g) * u;
+		o[i] = swiglu_at(gu, i, inter, limit, clamp);
+	}
+}
+
+// k_swiglu_split is k_swiglu writing each result v split as hi + lo
+// (split_bf16) into hi and lo [rows, inter]: the input of
+// k_moe_gemm_pipe.
+extern "C" __global__ void k_swiglu_split(u16 *hi, u16 *lo, const float *gu, i64 rows, int inter, float limit,
+					  int clamp) {
+	pdl_prologue();
+	const i64 n = rows * inter;
+	GRID_STRIDE(i, n) {
+		split_bf16(swiglu_at(gu, i, inter, limit, clamp), hi[i], lo[i]);
 	}
 }
 

@@ -52,14 +52,11 @@ extern "C" __global__ void k_gemm_small(float *out, const float *x, const void *
 }
 
 // k_split_bf16 writes x = hi + lo + O(2^-18 |x|) as two bf16 tensors
-// (hi = bf16(x), lo = bf16(x - hi)); a non-finite x keeps lo = 0.
+// (split_bf16: hi = bf16(x), lo = bf16(x - hi)); a non-finite x keeps
+// lo = 0.
 extern "C" __global__ void k_split_bf16(u16 *hi, u16 *lo, const float *x, i64 n) {
 	pdl_prologue();
 	GRID_STRIDE(i, n) {
-		const float v = x[i];
-		const u16 h = f32_to_bf16(v);
-		const float r = v - bf16_to_f32(h);
-		hi[i] = h;
-		lo[i] = (r == r && fabsf(r) != __uint_as_float(0x7f800000u)) ? f32_to_bf16(r) : (u16)0;
+		split_bf16(x[i], hi[i], lo[i]);
 	}
 }

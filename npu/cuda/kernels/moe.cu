@@ -365,6 +365,154 @@ extern "C" __global__ __launch_bounds__(256) void k_moe_gemm_tc2(float *C, const
 	moe_gemm_tc<2>(C, A, tok, W, tiles, ntiles, off, M, N, K, vec);
 }
 
+#define MOE_PBN 256 // output columns of a k_moe_gemm_pipe block (moePipeBN in moe.go)
+#define MOE_PBK 32  // K step of one pipeline stage
+#define MOE_PST 3   // pipeline stages
+#define MOE_PLD (MOE_PBK + 8) // shared row length (bf16): 80 bytes, so ldmatrix's 8 rows hit distinct banks
+// MOE_PSMEM is k_moe_gemm_pipe's dynamic shared memory (moePipeShared in
+// moe.go): per stage the hi and lo A tiles and the W tile.
+#define MOE_PSMEM (MOE_PST * (2 * MOE_BM + MOE_PBN) * MOE_PLD * 2)
+
+// k_moe_gemm_pipe is k_moe_gemm_tc2 on activations split beforehand (hi
+// and lo bf16 rows, k_split_bf16 or k_swiglu_split): C[r, n] = Σ_k (lo[a(r),
+// k] + hi[a(r), k]) W_e[n, k] for the rows r0 <= r < r1 of routing tile
+// blockIdx.y (moe_tile) and columns blockIdx.x * MOE_PBN ..., a(r) =
+// tok[r] when tok != 0, hi, lo and C rows K, K and N elements long. With
+// no conversion left in the loop every operand goes from global to shared
+// memory by cp.async, MOE_PST stages deep, so the loads of the next stages
+// overlap this one's MMAs; 8 warps, each 32 rows x 64 columns (2x8
+// m16n8k16 tiles per part), operands by ldmatrix. The arithmetic is
+// k_moe_gemm_tc2's (each k step lo·Wᵀ then hi·Wᵀ into one fp32
+// accumulator), so the results are its bits. The host checks K % 8 == 0,
+// N even and 16-byte aligned hi, lo and W. Dynamic shared memory:
+// MOE_PSMEM bytes.
+extern "C" __global__ __launch_bounds__(256, 2) void k_moe_gemm_pipe(float *C, const u16 *Ahi, const u16 *Alo,
+								     const int *tok, const u16 *W, const int *tiles,
+								     const int *ntiles, const int *off, int M, int N,
+								     int K) {
+	pdl_prologue();
+	extern __shared__ __align__(16) u16 psm[];
+	int e, r0, r1;
+	if (!moe_tile(tiles, ntiles, off, M, MOE_BM, e, r0, r1)) {
+		return;
+	}
+	const u16 *We = W + (i64)e * N * K;
+	const int n0 = blockIdx.x * MOE_PBN;
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int wm = (warp & 1) * 32, wn = (warp >> 1) * 64;
+	const int g = lane >> 2, q = lane & 3;
+	// Stage s: A part p row r at psm + s * stage + (p * MOE_BM + r) * MOE_PLD,
+	// W row n at psm + s * stage + (2 * MOE_BM + n) * MOE_PLD.
+	constexpr int stage = (2 * MOE_BM + MOE_PBN) * MOE_PLD;
+	// Loader roles: 16-byte chunk c = tid & 3 of A row tid >> 2 (both
+	// parts) and of W rows tid >> 2 + 64 i, i < 4.
+	const int lrow = tid >> 2, lc = (tid & 3) * 8;
+	const int ar = r0 + lrow;
+	const bool aok = ar < r1;
+	const i64 aoff = aok ? (i64)(tok ? tok[ar] : ar) * K : 0;
+	i64 woff[MOE_PBN / 64];
+	bool wok[MOE_PBN / 64];
+#pragma unroll
+	for (int i = 0; i < MOE_PBN / 64; i++) {
+		const int n = n0 + lrow + 64 * i;
+		wok[i] = n < N;
+		woff[i] = wok[i] ? (i64)n * K : 0;
+	}
+	const int nk = (K + MOE_PBK - 1) / MOE_PBK;
+	// load issues stage kt's copies into buffer kt % MOE_PST (zeros past
+	// the rows, columns and K).
+	auto load = [&](int kt) {
+		u16 *s = psm + (kt % MOE_PST) * stage;
+		const int k = kt * MOE_PBK + lc;
+		const bool kin = k < K;
+		const int ab = aok && kin ? 16 : 0;
+		cp_async16(s + lrow * MOE_PLD + lc, Ahi + (ab ? aoff + k : 0), ab);
+		cp_async16(s + (MOE_BM + lrow) * MOE_PLD + lc, Alo + (ab ? aoff + k : 0), ab);
+#pragma unroll
+		for (int i = 0; i < MOE_PBN / 64; i++) {
+			const int wb = wok[i] && kin ? 16 : 0;
+			cp_async16(s + (2 * MOE_BM + lrow + 64 * i) * MOE_PLD + lc, We + (wb ? woff[i] + k : 0), wb);
+		}
+	};
+	float acc[2][8][4];
+#pragma unroll
+	for (int m = 0; m < 2; m++) {
+#pragma unroll
+		for (int j = 0; j < 8; j++) {
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				acc[m][j][i] = 0.0f;
+			}
+		}
+	}
+#pragma unroll
+	for (int s = 0; s < MOE_PST - 1; s++) {
+		if (s < nk) {
+			load(s);
+		}
+		cp_async_commit();
+	}
+	for (int kt = 0; kt < nk; kt++) {
+		cp_async_wait1(); // stage kt has landed (MOE_PST - 2 groups may still be in flight)
+		__syncthreads();  // ... for every thread, and stage kt - 1's buffer is free
+		if (kt + MOE_PST - 1 < nk) {
+			load(kt + MOE_PST - 1);
+		}
+		cp_async_commit();
+		const u16 *s = psm + (kt % MOE_PST) * stage;
+#pragma unroll
+		for (int kk = 0; kk < MOE_PBK; kk += 16) {
+			u32 a[2][2][4]; // [part: 0 hi, 1 lo][m]
+#pragma unroll
+			for (int p = 0; p < 2; p++) {
+#pragma unroll
+				for (int m = 0; m < 2; m++) {
+					ldsm_x4(s + (p * MOE_BM + wm + 16 * m + (lane & 15)) * MOE_PLD + kk + 8 * (lane >> 4),
+						a[p][m][0], a[p][m][1], a[p][m][2], a[p][m][3]);
+				}
+			}
+#pragma unroll
+			for (int jp = 0; jp < 4; jp++) {
+				// Matrices (n tile 2jp, k 0..7), (2jp, 8..15), (2jp+1, 0..7), (2jp+1, 8..15).
+				u32 b[2][2];
+				ldsm_x4(s + (2 * MOE_BM + wn + 16 * jp + 8 * (lane >> 4) + (lane & 7)) * MOE_PLD + kk +
+						8 * ((lane >> 3) & 1),
+					b[0][0], b[0][1], b[1][0], b[1][1]);
+#pragma unroll
+				for (int p = 1; p >= 0; p--) { // lo first, as k_moe_gemm_tc2
+#pragma unroll
+					for (int m = 0; m < 2; m++) {
+#pragma unroll
+						for (int jj = 0; jj < 2; jj++) {
+							mma_bf16(acc[m][2 * jp + jj], a[p][m][0], a[p][m][1], a[p][m][2], a[p][m][3],
+								 b[jj][0], b[jj][1]);
+						}
+					}
+				}
+			}
+		}
+	}
+	cp_async_wait0();
+#pragma unroll
+	for (int m = 0; m < 2; m++) {
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			const int r = r0 + wm + 16 * m + g + 8 * h;
+			if (r >= r1) {
+				continue;
+			}
+			float *cr = C + (i64)r * N;
+#pragma unroll
+			for (int j = 0; j < 8; j++) {
+				const int n = n0 + wn + 8 * j + 2 * q;
+				if (n < N) { // N is even, so n + 1 < N too
+					*(float2 *)(cr + n) = make_float2(acc[m][j][2 * h], acc[m][j][2 * h + 1]);
+				}
+			}
+		}
+	}
+}
+
 // k_gemm_tc_strided is a strided batch of dense tensor-core GEMMs
 // (gemm_tc_tile): for batch b = blockIdx.z, C_b[r, n] = Σ_k A_b[r, k]
 // W_b[n, k] with A_b = A + b sa (rows lda apart), W_b = W + b sw (rows K
