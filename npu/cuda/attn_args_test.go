@@ -152,8 +152,8 @@ func TestMLAAttnTCLimits(t *testing.T) {
 		}
 	}
 	// R = 512: 3*16*520*2 + 2*32*520*2 + 8*16*32*4 + 16*33*4 + 3*16*4 + 2*32*4.
-	if got := mlaTCShared(512); got != 135424 {
-		t.Errorf("mlaTCShared(512) = %d, want 135424", got)
+	if got := mlaTCShared(512); got != 135552 {
+		t.Errorf("mlaTCShared(512) = %d, want 135552", got)
 	}
 	defer func() { mlaAttnTC = true }()
 	for _, c := range []struct {
@@ -178,5 +178,36 @@ func TestMLAAttnTCLimits(t *testing.T) {
 		if got := mlaAttnTCFits(c.dt, c.R, c.lat, 512, c.lim); got != c.want {
 			t.Errorf("mlaAttnTCFits(%v, R=%d, lat %% 16 = %d, lim %d, on %v) = %v, want %v", c.dt, c.R, c.lat%16, c.lim, c.on, got, c.want)
 		}
+	}
+}
+
+// TestUseKDAWarp: k_kda_w takes prefill batches up to its head dim, every
+// batch under "warp", none under "rows"; its row split matches the Go
+// limit.
+func TestUseKDAWarp(t *testing.T) {
+	for _, c := range []struct {
+		mode    string
+		K, T, B int
+		want    bool
+	}{
+		{"", 128, 8192, 1, true},  // one long prompt
+		{"", 128, 9, 8, true},     // a sequence of two rows among decodes
+		{"", 128, 8, 8, false},    // a decode step: k_kda
+		{"", 160, 8192, 1, false}, // past kdaWarpMaxK
+		{"warp", 128, 8, 8, true},
+		{"warp", 129, 8, 1, false},
+		{"rows", 128, 8192, 1, false},
+		{"other", 33, 70, 2, true},
+	} {
+		if got := useKDAWarp(c.mode, c.K, c.T, c.B); got != c.want {
+			t.Errorf("useKDAWarp(%q, K=%d, T=%d, B=%d) = %v, want %v", c.mode, c.K, c.T, c.B, got, c.want)
+		}
+	}
+	_, defs := kernelDefines(t, "kernels/kda.cu")
+	if got := 8 * defs["KDA_W_R"]; got != kdaWarpMaxK {
+		t.Errorf("kda.cu: 8 * KDA_W_R = %d, kdaWarpMaxK = %d", got, kdaWarpMaxK)
+	}
+	if defs["KDA_STAGE"] != kdaStage {
+		t.Errorf("kda.cu: KDA_STAGE = %d, kdaStage = %d", defs["KDA_STAGE"], kdaStage)
 	}
 }

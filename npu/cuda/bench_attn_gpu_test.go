@@ -68,9 +68,13 @@ func TestGPUThroughputAttn(t *testing.T) {
 		state, out := alloc(npu.F32, s.B, kH, kK, kK), alloc(npu.F32, T, kH*kK)
 		fill(qkv, beta, state)
 		b.Fill(g, -0.05)
-		ms := timed(s.reps, func() { b.KDA(out, qkv, g, beta, state, L, kH, kK, s.kdaChunk) })
 		bytes := float64(2*state.Bytes() + qkv.Bytes() + g.Bytes() + beta.Bytes() + out.Bytes())
-		report("KDA H=64 K=128 "+s.name, ms, bytes, 6*float64(T)*kH*kK*kK)
+		for _, k := range []string{"rows", "warp"} { // k_kda, k_kda_w
+			kdaKernel = k
+			ms := timed(s.reps, func() { b.KDA(out, qkv, g, beta, state, L, kH, kK, s.kdaChunk) })
+			report("KDA H=64 K=128 "+s.name+" "+k, ms, bytes, 6*float64(T)*kH*kK*kK)
+		}
+		kdaKernel = ""
 		for _, x := range []*npu.Tensor{qkv, g, beta, state, out} {
 			b.Free(x)
 		}

@@ -46,54 +46,72 @@ func TestGPUKDA(t *testing.T) {
 		{2, 16, []int{20, 50, 2}, "softplus", []int{0, 5, 64}},
 		{2, 128, []int{100, 3, 1}, "lb", []int{0, 64}},
 		{1, 40, []int{130}, "lb", []int{0, 128}},
+		{2, 160, []int{40, 2}, "lb", []int{0}}, // K > kdaWarpMaxK: k_kda whatever the mode
 	} {
-		for _, chunk := range c.chunks {
-			name := fmt.Sprintf("H=%d K=%d rows=%v %s chunk=%d", c.H, c.K, c.rows, c.gate, chunk)
-			B := len(c.rows)
-			nslots := B + 2
-			slots := h.r.Perm(nslots)[:B]
-			pos := make([]int, B)
-			for b := range pos {
-				pos[b] = h.r.IntN(50)
+		for ci, chunk := range c.chunks {
+			// Every chunk setting on k_kda_w throughout (the decode
+			// steps too); the last also on the default choice (k_kda_w
+			// for the prefill, k_kda for decode) and on k_kda alone.
+			modes := []string{"warp"}
+			if ci == len(c.chunks)-1 {
+				modes = append(modes, "", "rows")
 			}
-			l, _ := h.attnLayout(c.rows, pos, slots, 16)
-			gs, cs := h.layout(l)
-			T, HK := l.QueryStart[B], c.H*c.K
-			qkv := h.rand(npu.F32, 1, T, 3*HK)
-			g := h.from(npu.F32, kdaGates(h, T*HK, c.gate), T, HK)
-			beta := h.from(npu.F32, sigmoids(h, T*c.H), T, c.H)
-			state := h.rand(npu.F32, 0.3, nslots, c.H, c.K, c.K)
-			out := h.zeros(npu.F32, T, c.H*c.K)
-			h.g.KDA(out.g, qkv.g, g.g, beta.g, state.g, gs, c.H, c.K, chunk)
-			cpuBE.KDA(out.c, qkv.c, g.c, beta.c, state.c, cs, c.H, c.K, chunk)
-			h.close("KDA out "+name, out, 2e-5)
-			h.close("KDA state "+name, state, 2e-5)
-			// Decode: three steps of one row per sequence, continuing
-			// from the state.
-			drows := make([]int, B)
-			dpos := make([]int, B)
-			for b := range drows {
-				drows[b], dpos[b] = 1, pos[b]+c.rows[b]
+			for _, mode := range modes {
+				kdaCase(h, c.H, c.K, c.rows, c.gate, chunk, mode)
 			}
-			for step := 0; step < 3; step++ {
-				dl, _ := h.attnLayout(drows, dpos, slots, 16)
-				gd, cd := h.layout(dl)
-				dq := h.rand(npu.F32, 1, B, 3*HK)
-				dg := h.from(npu.F32, kdaGates(h, B*HK, c.gate), B, HK)
-				db := h.from(npu.F32, sigmoids(h, B*c.H), B, c.H)
-				do := h.zeros(npu.F32, B, c.H*c.K)
-				h.g.KDA(do.g, dq.g, dg.g, db.g, state.g, gd, c.H, c.K, 0)
-				cpuBE.KDA(do.c, dq.c, dg.c, db.c, state.c, cd, c.H, c.K, 0)
-				h.close(fmt.Sprintf("KDA decode %d out %s", step, name), do, 2e-5)
-				h.free(dq, dg, db, do)
-				for b := range dpos {
-					dpos[b]++
-				}
-			}
-			h.close("KDA decode state "+name, state, 2e-5)
-			h.free(qkv, g, beta, state, out)
 		}
 	}
+}
+
+// kdaCase runs one TestGPUKDA case (prefill, then three decode steps)
+// with kdaKernel = mode against the CPU backend.
+func kdaCase(h *both, H, K int, rows []int, gate string, chunk int, mode string) {
+	defer func(m string) { kdaKernel = m }(kdaKernel)
+	kdaKernel = mode
+	name := fmt.Sprintf("H=%d K=%d rows=%v %s chunk=%d kernel=%q", H, K, rows, gate, chunk, mode)
+	B := len(rows)
+	nslots := B + 2
+	slots := h.r.Perm(nslots)[:B]
+	pos := make([]int, B)
+	for b := range pos {
+		pos[b] = h.r.IntN(50)
+	}
+	l, _ := h.attnLayout(rows, pos, slots, 16)
+	gs, cs := h.layout(l)
+	T, HK := l.QueryStart[B], H*K
+	qkv := h.rand(npu.F32, 1, T, 3*HK)
+	g := h.from(npu.F32, kdaGates(h, T*HK, gate), T, HK)
+	beta := h.from(npu.F32, sigmoids(h, T*H), T, H)
+	state := h.rand(npu.F32, 0.3, nslots, H, K, K)
+	out := h.zeros(npu.F32, T, H*K)
+	h.g.KDA(out.g, qkv.g, g.g, beta.g, state.g, gs, H, K, chunk)
+	cpuBE.KDA(out.c, qkv.c, g.c, beta.c, state.c, cs, H, K, chunk)
+	h.close("KDA out "+name, out, 2e-5)
+	h.close("KDA state "+name, state, 2e-5)
+	// Decode: three steps of one row per sequence, continuing from the
+	// state.
+	drows := make([]int, B)
+	dpos := make([]int, B)
+	for b := range drows {
+		drows[b], dpos[b] = 1, pos[b]+rows[b]
+	}
+	for step := 0; step < 3; step++ {
+		dl, _ := h.attnLayout(drows, dpos, slots, 16)
+		gd, cd := h.layout(dl)
+		dq := h.rand(npu.F32, 1, B, 3*HK)
+		dg := h.from(npu.F32, kdaGates(h, B*HK, gate), B, HK)
+		db := h.from(npu.F32, sigmoids(h, B*H), B, H)
+		do := h.zeros(npu.F32, B, H*K)
+		h.g.KDA(do.g, dq.g, dg.g, db.g, state.g, gd, H, K, 0)
+		cpuBE.KDA(do.c, dq.c, dg.c, db.c, state.c, cd, H, K, 0)
+		h.close(fmt.Sprintf("KDA decode %d out %s", step, name), do, 2e-5)
+		h.free(dq, dg, db, do)
+		for b := range dpos {
+			dpos[b]++
+		}
+	}
+	h.close("KDA decode state "+name, state, 2e-5)
+	h.free(qkv, g, beta, state, out)
 }
 
 // kdaGates are log-decays: the lower-bound gate's range [-5, 0], or the

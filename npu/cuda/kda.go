@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"os"
 
 	"github.com/npuserve/npuserve/npu"
 )
@@ -52,10 +53,38 @@ func (b *Backend) KDA(out, qkv, g, beta, state *npu.Tensor, seqs *npu.SeqLayout,
 		return
 	}
 	tok := max(1, min(kdaStage, kdaShared/(3*4*K)))
-	ns := (K + kdaRows - 1) / kdaRows
+	name, block, shmem := "k_kda", dim3{32, uint32((K + kdaRows - 1) / kdaRows), 1}, 3*4*K*tok
+	if useKDAWarp(kdaKernel, K, T, B) {
+		name, block, shmem = "k_kda_w", d1(256), 0
+	}
 	scale := float32(1 / math.Sqrt(float64(K)))
-	b.launchChecked("k_kda", d2(B*H, (V+31)/32), dim3{32, uint32(ns), 1}, 3*4*K*tok,
+	b.launchChecked(name, d2(B*H, (V+31)/32), block, shmem,
 		b.ptr(out), b.ptr(qkv), b.ptr(g), b.ptr(beta), b.ptr(state),
 		b.ptr(seqs.QueryStart), b.ptr(seqs.StateSlot), pI32(B), pI32(T), pI32(H), pI32(K), pI32(V),
 		pI32(state.Dim(0)), pF32(scale), pI32(tok), b.errWord, pI32(opKDA))
+}
+
+// kdaWarpMaxK is the largest head dim k_kda_w serves (8 lanes of
+// KDA_W_R rows).
+const kdaWarpMaxK = 128
+
+// EnvKDAKernel picks the KDA kernel (kdaKernel): "rows" k_kda always,
+// "warp" k_kda_w wherever the head dim allows; unset or anything else,
+// k_kda_w for batches with a sequence of several rows (prefill) and
+// k_kda for decode steps.
+const EnvKDAKernel = "NPUSERVE_CUDA_KDA"
+
+// kdaKernel is EnvKDAKernel's value at start-up.
+var kdaKernel = os.Getenv(EnvKDAKernel)
+
+// useKDAWarp says whether KDA of T rows in B sequences with head dim K
+// takes k_kda_w under mode (kdaKernel). Its token step is a warp's
+// dependent chain rather than two block barriers, which is what a long
+// sequence waits on; a decode step has one token per sequence, where
+// k_kda's graph-captured timings stand.
+func useKDAWarp(mode string, K, T, B int) bool {
+	if K > kdaWarpMaxK || mode == "rows" {
+		return false
+	}
+	return mode == "warp" || T > B
 }
