@@ -59,10 +59,10 @@ const (
 // mlaTCShared is k_mla_attn_tc's dynamic shared memory for rank R: q̃'s
 // three bf16 parts [3][16][R+8], two latent tiles [2][32][R+8], the
 // warps' partial scores [8][16][32], the probabilities [16][33], three
-// per-head values and two tiles' row indices.
+// per-head values and three tiles' row indices.
 func mlaTCShared(R int) int {
 	rp := R + mlaTCPad
-	return 2*3*mlaTCHeads*rp + 2*2*mlaPS*rp + 4*8*mlaTCHeads*mlaPS + 4*mlaTCHeads*(mlaPS+1) + 4*3*mlaTCHeads + 4*2*mlaPS
+	return 2*3*mlaTCHeads*rp + 2*2*mlaPS*rp + 4*8*mlaTCHeads*mlaPS + 4*mlaTCHeads*(mlaPS+1) + 4*3*mlaTCHeads + 4*3*mlaPS
 }
 
 // mlaAttnTCFits says whether k_mla_attn_tc serves latents of dtype dt and

@@ -492,7 +492,8 @@ extern "C" __global__ __launch_bounds__(256) void k_mla_attn(float *z, const voi
 // block holds its 16 heads' q̃ split in three bf16 parts (split3x2: all
 // 24 bits of fp32) and streams the row's latents in tiles of 32 through
 // two shared buffers (cp.async, the next tile loading while this one is
-// used). Per tile: scores = q̃ · latentsᵀ as m16n8k16 MMAs of each part
+// used; the tiles' cache rows are read into shared memory two tiles
+// ahead, so no copy waits on a global load). Per tile: scores = q̃ · latentsᵀ as m16n8k16 MMAs of each part
 // (fp32 accumulation; warp w sums latent columns [wR/8, (w+1)R/8), the
 // eight partial sums added in warp order), the softmax step as in
 // k_mla_attn (warp w: heads 2w, 2w+1, lane = latent), then acc += p ·
@@ -510,7 +511,7 @@ extern "C" __global__ __launch_bounds__(256) void k_mla_attn_tc(float *z, const 
 	float *sp = (float *)(ls + 2 * MLA_PS * RP); // [8][16][32]: the warps' partial scores
 	float *ps = sp + 8 * MLA_TC_HG * MLA_PS;     // [16][33]: this tile's probabilities
 	float *corr = ps + MLA_TC_HG * (MLA_PS + 1), *ms = corr + MLA_TC_HG, *lsum = ms + MLA_TC_HG;
-	int *idx = (int *)(lsum + MLA_TC_HG); // [2][32]
+	int *idx = (int *)(lsum + MLA_TC_HG); // [3][32]: the cache rows of tiles it, it + 1, it + 2 at it % 3, ...
 	const int tr = blockIdx.x, t = t0 + tr, h0 = blockIdx.y * MLA_TC_HG, ng = min(MLA_TC_HG, H - h0);
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
 	float *zr = z + ((i64)tr * H + h0) * R;
@@ -518,20 +519,27 @@ extern "C" __global__ __launch_bounds__(256) void k_mla_attn_tc(float *z, const 
 	const int sBeg = pacc == NULL ? 0 : blockIdx.z * tps * MLA_PS;
 	const int n = pacc == NULL ? counts[t] : min(counts[t], sBeg + tps * MLA_PS);
 	const int r8 = R >> 3;
-	// Tile s0 into buffer st: 16-byte copies, zeros for rows past n.
-	auto load = [&](int st, int s0) {
+	// The cache row of latent s (-1 past n).
+	auto rowAt = [&](int s) { return s < n ? rr[s] : -1; };
+	// The tile whose rows are idx[ib] into buffer st: 16-byte copies,
+	// zeros for rows -1. The rows come from shared memory, read a tile
+	// ahead: a copy's address never waits on a global load.
+	auto load = [&](int st, int ib) {
 		u16 *dst = ls + st * MLA_PS * RP;
+		const int *ix = idx + ib * MLA_PS;
 		for (int e = tid; e < MLA_PS * r8; e += blockDim.x) {
 			const int s = e / r8, c = 8 * (e - s * r8);
-			const int row = s0 + s < n ? rr[s0 + s] : -1;
+			const int row = ix[s];
 			cp_async16(dst + s * RP + c, row >= 0 ? lat + (i64)row * R + c : lat, row >= 0 ? 16 : 0);
 		}
-		if (tid < MLA_PS) {
-			idx[st * MLA_PS + tid] = s0 + tid < n ? rr[s0 + tid] : -1;
-		}
 	};
+	if (tid < MLA_PS) {
+		idx[tid] = rowAt(sBeg + tid);
+		idx[MLA_PS + tid] = rowAt(sBeg + MLA_PS + tid);
+	}
+	__syncthreads();
 	if (sBeg < n) {
-		load(0, sBeg);
+		load(0, 0);
 	}
 	cp_async_commit();
 	// q̃'s parts; heads past ng are zeros.
@@ -562,10 +570,12 @@ extern "C" __global__ __launch_bounds__(256) void k_mla_attn_tc(float *z, const 
 		}
 	}
 	for (int s0 = sBeg, it = 0; s0 < n; s0 += MLA_PS, it++) {
-		const int st = it & 1;
+		const int st = it & 1, ib = it % 3;
+		// Tile it + 2's rows: loaded now, stored once this tile is done.
+		const int nxt = tid < MLA_PS ? rowAt(s0 + 2 * MLA_PS + tid) : -1;
 		__syncthreads(); // the previous tile's buffers have been used
 		if (s0 + MLA_PS < n) {
-			load(st ^ 1, s0 + MLA_PS);
+			load(st ^ 1, (it + 1) % 3);
 		}
 		cp_async_commit();
 		cp_async_wait1(); // this tile's copies (this thread's) are done
@@ -611,7 +621,7 @@ extern "C" __global__ __launch_bounds__(256) void k_mla_attn_tc(float *z, const 
 			for (int w = 0; w < 8; w++) {
 				d += sp[(w * MLA_TC_HG + h) * MLA_PS + lane];
 			}
-			mla_softmax_step(d * scale, idx[st * MLA_PS + lane] < 0, h, lane, ps, corr, ms, lsum);
+			mla_softmax_step(d * scale, idx[ib * MLA_PS + lane] < 0, h, lane, ps, corr, ms, lsum);
 		}
 		__syncthreads();
 		// acc = acc * corr + p · latents over this warp's columns.
@@ -644,6 +654,9 @@ extern "C" __global__ __launch_bounds__(256) void k_mla_attn_tc(float *z, const 
 					}
 				}
 			}
+		}
+		if (tid < MLA_PS) {
+			idx[((it + 2) % 3) * MLA_PS + tid] = nxt; // tile it - 1's slot: read before this tile's first barrier
 		}
 	}
 	__syncthreads();
