@@ -46,6 +46,24 @@ test-cuda:
 	NPUSERVE_TEST_DEVICE=cuda CGO_ENABLED=1 $(GO) test -count=1 ./engine/model/glm5next/
 	NPUSERVE_TEST_DEVICE=cuda CGO_ENABLED=1 $(GO) test -count=1 -run DecodeGraphs ./engine/core/
 
+## test-simcuda: test-cuda's suites on simcuda, no GPU involved
+## (tools/cuda/simt: stand-ins for libcuda, NVRTC and cuBLASLt that compile
+## the kernels with g++ against a CPU emulator of the CUDA execution model:
+## threads as fibers, warp collectives, mma.sync, ldmatrix and cp.async).
+## Results, not timings: what it proves is the kernels' arithmetic and the
+## Go side's launches, temporaries and graph capture. make test runs the
+## op tests this way (TestSimCUDA); this adds the model's golden fixtures
+## and decode graphs on --device cuda.
+.PHONY: test-simcuda
+SIMCUDA ?= $(CURDIR)/.simcuda
+SIMCUDA_ENV = LD_LIBRARY_PATH=$(SIMCUDA) NPUSERVE_CACHE_DIR=$(SIMCUDA)/cache CGO_ENABLED=1
+test-simcuda:
+	bash tools/cuda/simt/build.sh $(SIMCUDA)
+	$(SIMCUDA_ENV) NPUSERVE_CUDA_TEST=1 $(GO) test -count=1 -timeout 60m -run 'TestGPU|TestSIMTKernels' ./npu/cuda/
+	$(SIMCUDA_ENV) NPUSERVE_TEST_DEVICE=cuda $(GO) test -count=1 -timeout 60m \
+		-run 'TestGolden$$|TestDecodeGraphsMatchEager|TestDecodeGraphLogits|TestCaptureDecodeGraphsRefused|TestGraphPadSlots|TestScratchGrowthFailsCapture' ./engine/model/glm5next/
+	$(SIMCUDA_ENV) NPUSERVE_TEST_DEVICE=cuda $(GO) test -count=1 -timeout 60m -run DecodeGraphs ./engine/core/
+
 ## test-ascend: the golden and quantized fixtures, decode graphs, the serving tests (one
 ## rank and multi-rank, over the stand-in's libhccl), hccl/ascend's suite and
 ## selftest on --device ascend over the stand-in CANN (a test double built

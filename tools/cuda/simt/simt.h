@@ -2,7 +2,8 @@
 // machine without a GPU can check a kernel against another one (a new
 // kernel against the GPU-verified one it replaces, bit for bit where they
 // promise that). It is the CUDA execution model, emulated: each thread of
-// a block is a fiber (ucontext) on one OS thread, blocks run one after
+// a block is a fiber on one OS thread (a six-register stack switch on
+// x86-64, ucontext elsewhere), blocks run one after
 // another; __syncthreads parks a fiber until every live thread of the
 // block has arrived; warp collectives (shuffles, ballot, ldmatrix,
 // mma.sync) park the lanes and are executed by the scheduler once every
@@ -60,6 +61,46 @@ inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return
 
 namespace simt {
 
+#if defined(__x86_64__)
+// Context is a fiber's saved stack pointer: switchTo pushes the
+// callee-saved registers on the current stack, saves its pointer in
+// *from, loads to and pops them back: no system call, unlike swapcontext
+// (which saves the signal mask), so a block switch costs nanoseconds.
+struct Context {
+	void *sp = nullptr;
+};
+__attribute__((naked, noinline)) static void switchStack(void **from, void *to) {
+	asm volatile("pushq %rbp\n\tpushq %rbx\n\tpushq %r12\n\tpushq %r13\n\tpushq %r14\n\tpushq %r15\n\t"
+		     "movq %rsp, (%rdi)\n\tmovq %rsi, %rsp\n\t"
+		     "popq %r15\n\tpopq %r14\n\tpopq %r13\n\tpopq %r12\n\tpopq %rbx\n\tpopq %rbp\n\tret");
+}
+inline void switchTo(Context &from, Context &to) { switchStack(&from.sp, to.sp); }
+// prime makes c start fn on the stack [stack, stack + size) when switched to.
+inline void prime(Context &c, char *stack, size_t size, void (*fn)()) {
+	uintptr_t top = ((uintptr_t)stack + size) & ~(uintptr_t)15;
+	void **sp = (void **)(top - 16);
+	sp[0] = (void *)fn; // ret lands in fn with the stack as after a call
+	sp[1] = nullptr;
+	sp -= 6;            // the six registers switchStack pops
+	for (int i = 0; i < 6; i++) {
+		sp[i] = nullptr;
+	}
+	c.sp = sp;
+}
+#else
+struct Context {
+	ucontext_t uc;
+};
+inline void switchTo(Context &from, Context &to) { swapcontext(&from.uc, &to.uc); }
+inline void prime(Context &c, char *stack, size_t size, void (*fn)()) {
+	getcontext(&c.uc);
+	c.uc.uc_stack.ss_sp = stack;
+	c.uc.uc_stack.ss_size = size;
+	c.uc.uc_link = nullptr;
+	makecontext(&c.uc, fn, 0);
+}
+#endif
+
 enum { RUN, BAR, WARP, DONE };
 enum { OP_SHFL_XOR, OP_SHFL_IDX, OP_SHFL_UP, OP_BALLOT, OP_SYNCWARP, OP_MMA_BF16, OP_MMA_S8, OP_LDSM_X4, OP_LDSM_X2T };
 
@@ -73,7 +114,7 @@ struct Copy {
 // Thread is one CUDA thread: its fiber, its pending cp.async copies and
 // the record of the warp collective it is parked in.
 struct Thread {
-	ucontext_t ctx;
+	Context ctx;
 	uint3 idx;
 	int state = DONE;
 	int barv = 0;
@@ -94,7 +135,7 @@ struct Thread {
 inline Thread *cur;
 inline std::vector<Thread> threads;
 inline std::vector<char *> stacks;
-inline ucontext_t sched;
+inline Context sched;
 inline uint3 bidx;
 inline dim3 bdim, gdim;
 inline std::vector<unsigned char> dyn;
@@ -106,7 +147,7 @@ constexpr size_t stackSize = 256 << 10;
 
 inline void park(int st) {
 	cur->state = st;
-	swapcontext(&cur->ctx, &sched);
+	switchTo(cur->ctx, sched);
 }
 
 inline void retire(Thread *t, long keep) {
@@ -122,11 +163,16 @@ inline void retire(Thread *t, long keep) {
 	t->copies.swap(rest);
 }
 
+// entry is every fiber's first frame; it never returns (the scheduler
+// does not resume a finished thread).
 inline void entry() {
 	body();
 	cur->committed++;
 	retire(cur, 0); // copies still in flight land before the block ends
 	cur->state = DONE;
+	for (;;) {
+		switchTo(cur->ctx, sched);
+	}
 }
 
 inline float bf(uint32_t h) {
@@ -319,11 +365,7 @@ inline void runBlock(int n) {
 		t.state = RUN;
 		t.copies.clear();
 		t.committed = 0;
-		getcontext(&t.ctx);
-		t.ctx.uc_stack.ss_sp = stacks[i];
-		t.ctx.uc_stack.ss_size = stackSize;
-		t.ctx.uc_link = &sched;
-		makecontext(&t.ctx, entry, 0);
+		prime(t.ctx, stacks[i], stackSize, entry);
 	}
 	memset(dyn.data(), 0xff, dyn.size()); // uninitialised shared memory reads as NaNs
 	for (;;) {
@@ -341,7 +383,7 @@ inline void runBlock(int n) {
 				for (int i : lseq) {
 					if (i < m && l[i].state == RUN) {
 						cur = &l[i];
-						swapcontext(&sched, &cur->ctx);
+						switchTo(sched, cur->ctx);
 						progress = true;
 					}
 				}
@@ -492,9 +534,13 @@ inline float __logf(float x) { return logf(x); }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 inline float __saturatef(float x) { return x < 0 ? 0 : x > 1 ? 1 : x; }
-inline int __float2int_rz(float x) { return (int)x; }
-inline int __double2int_rz(double x) { return (int)x; }
-inline unsigned long long __double2ull_rz(double x) { return (unsigned long long)x; }
+// The conversions to integers saturate, NaN giving 0 (cvt.rzi), where a
+// C++ cast of an out-of-range value is undefined.
+inline int __double2int_rz(double x) { return x != x ? 0 : x >= 2147483647.0 ? 2147483647 : x <= -2147483648.0 ? (-2147483647 - 1) : (int)x; }
+inline int __float2int_rz(float x) { return __double2int_rz(x); }
+inline unsigned long long __double2ull_rz(double x) {
+	return x != x || x <= 0 ? 0 : x >= 18446744073709551615.0 ? ~0ull : (unsigned long long)x;
+}
 inline float __double2float_rn(double x) { return (float)x; }
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }
