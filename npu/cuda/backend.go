@@ -224,7 +224,11 @@ func (b *Backend) kernelErrors() string {
 // Info describes the GPU; FreeBytes is what the driver reports free now
 // (memory the backend's pool holds for reuse counts as used).
 func (b *Backend) Info() npu.DeviceInfo {
-	info := npu.DeviceInfo{Name: fmt.Sprintf("%s (GPU %d, %s)", b.name, b.ordinal, b.arch), MemoryBytes: b.total, Accelerator: true}
+	name := fmt.Sprintf("%s (GPU %d, %s)", b.name, b.ordinal, b.arch)
+	if bf16Act {
+		name = fmt.Sprintf("%s (GPU %d, %s; prefill GEMMs on bf16 activations: %s=1)", b.name, b.ordinal, b.arch, EnvBF16Activations)
+	}
+	info := npu.DeviceInfo{Name: name, MemoryBytes: b.total, Accelerator: true}
 	if free, _, err := drvMemGetInfo(b.ctx); err == nil {
 		info.FreeBytes = free
 	}

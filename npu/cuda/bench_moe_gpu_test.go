@@ -58,14 +58,15 @@ func TestGPUMoEThroughput(t *testing.T) {
 			}
 			gemvTC = tc
 			// The tiled GEMM's forms: k_moe_gemm_pipe, k_moe_gemm_tc2
-			// (two parts), k_moe_gemm_tc (three).
+			// (two parts), k_moe_gemm_tc (three), k_moe_gemm_pipe1 (one:
+			// EnvBF16Activations).
 			type form struct {
 				parts int
 				pipe  bool
 			}
 			forms := []form{{2, true}}
 			if T > 32 {
-				forms = append(forms, form{2, false}, form{3, false})
+				forms = append(forms, form{2, false}, form{3, false}, form{1, true})
 			}
 			for _, f := range forms {
 				moeTCParts, moePipe = f.parts, f.pipe

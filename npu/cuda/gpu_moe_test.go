@@ -53,8 +53,8 @@ func TestGPUMoE(t *testing.T) {
 				limit float32
 				parts int  // of the tiled tensor-core GEMM's activations (BF16)
 				pipe  bool // k_moe_gemm_pipe where usePipe allows, else k_moe_gemm_tc2
-			}{{0, 2, true}, {1.5, 2, true}, {1.5, 2, false}, {1.5, 3, false}} {
-				if (f.parts == 3 || !f.pipe) && wdt != npu.BF16 {
+			}{{0, 2, true}, {1.5, 2, true}, {1.5, 2, false}, {1.5, 3, false}, {1.5, 1, true}} {
+				if (f.parts != 2 || !f.pipe) && wdt != npu.BF16 {
 					continue
 				}
 				limit := f.limit
@@ -77,6 +77,15 @@ func TestGPUMoE(t *testing.T) {
 					// to 6e-5 off (5e-5 failed on new inputs, on
 					// simcuda), still 40x under bf16 activations'.
 					tol = 1e-4
+				}
+				if wdt == npu.BF16 && moeTCParts == 1 {
+					// EnvBF16Activations: x and the SwiGLU rows rounded
+					// to bf16 (up to 2^-8 each) where k_moe_gemm_pipe1
+					// applies: up to 2.6e-2 of the output's rms on these
+					// shapes (on simcuda), a wiring error is O(1). That
+					// the kernels are exact on the rounded inputs is
+					// tools/cuda/simt/moe_check.cpp's to show.
+					tol = 5e-2
 				}
 				h.close(name, out, tol)
 				h.free(x, gu, dn, w, ids, out)

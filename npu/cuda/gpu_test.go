@@ -303,6 +303,31 @@ func TestGPUMatMul(t *testing.T) {
 	SplitBF16 = true
 }
 
+// TestGPUMatMulBF16Activations: with EnvBF16Activations the split
+// GEMM's one pass is the product of x rounded to bf16, to fp32
+// accumulation (the CPU multiplies the rounded x).
+func TestGPUMatMulBF16Activations(t *testing.T) {
+	h := newBoth(t, 19)
+	defer func(on bool) { bf16Act = on }(bf16Act)
+	bf16Act = true
+	for _, c := range []struct{ M, N, K int }{{17, 300, 1024}, {67, 515, 2048}, {33, 100, 136}} {
+		name := fmt.Sprintf("MatMul bf16 activations M=%d N=%d K=%d", c.M, c.N, c.K)
+		x := h.rand(npu.F32, 1, c.M, c.K)
+		_, xs := h.floats(x)
+		for i, v := range xs {
+			xs[i] = npu.BF16ToF32(npu.F32ToBF16(v))
+		}
+		xr := h.from(npu.F32, xs, c.M, c.K)
+		w := h.rand(npu.BF16, 0.05, c.N, c.K)
+		o := h.zeros(npu.F32, c.M, c.N)
+		h.g.MatMul(o.g, x.g, w.g)
+		cpuBE.MatMul(o.c, xr.c, w.c)
+		h.sync()
+		h.matmulErr(name, o, xr, w, c.M, c.N, c.K, 2e-5)
+		h.free(x, xr, w, o)
+	}
+}
+
 func TestGPUHC(t *testing.T) {
 	h := newBoth(t, 10)
 	for _, c := range []struct{ T, n, D, iters int }{{1, 4, 64, 20}, {7, 4, 257, 20}, {3, 2, 1024, 1}, {5, 3, 96, 0}, {1, 4, 4096, 20}, {20, 4, 256, 20}, {8, 4, 4096, 20}, {2, 6, 128, 20}, {3, 4, 4095, 20}} {

@@ -115,6 +115,7 @@ func useGemvTC(dt npu.DType, M, N, K int, x, w uint64) bool {
 
 // splitGemm is the split-activation bf16 GEMM; false (nothing enqueued)
 // when cuBLASLt has no bf16 algorithm for this shape and alignment.
+// With EnvBF16Activations on it is one pass on x rounded to bf16.
 func (b *Backend) splitGemm(M, N, K int, w, x, out uint64) bool {
 	n := M * K
 	half := splitHalf(n)
@@ -125,6 +126,13 @@ func (b *Backend) splitGemm(M, N, K int, w, x, out uint64) bool {
 	}
 	s := b.temp(2 * half)
 	hi, lo := s.ptr, s.ptr+uint64(half)
+	if bf16Act {
+		b.launch("k_convert", b.gridFor(int64(n), elemThreads), d1(elemThreads), 0,
+			hi, pI32(dtypeCode(npu.BF16)), x, pI32(dtypeCode(npu.F32)), pI64(n))
+		b.ltRun(p1, M, N, K, w, hi, out, 0)
+		b.freeBuf(s)
+		return true
+	}
 	b.launch("k_split_bf16", b.gridFor(int64(n), elemThreads), d1(elemThreads), 0, hi, lo, x, pI64(n))
 	b.ltRun(p1, M, N, K, w, hi, out, 0)
 	b.ltRun(p2, M, N, K, w, lo, out, 1)

@@ -249,8 +249,30 @@ const EnvMoEParts = "NPUSERVE_CUDA_MOE_PARTS"
 // splits its fp32 activations into: 2 (k_moe_gemm_tc2, hi and lo: 16
 // bits, two thirds of the MMAs; the default) or 3 (k_moe_gemm_tc, all 24
 // bits). Either is within the BF16 weights' rounding of fp32 arithmetic;
-// the decode GEMVs keep three.
-var moeTCParts = envInt(EnvMoEParts, 2, 2, 3)
+// the decode GEMVs keep three. 1 (EnvBF16Activations) rounds them to bf16
+// where k_moe_gemm_pipe applies (k_moe_gemm_pipe1), two parts elsewhere.
+var moeTCParts = moePartsFor(os.Getenv(EnvBF16Activations), envInt(EnvMoEParts, 2, 2, 3))
+
+// EnvBF16Activations, set to 1, runs the prefill GEMMs on activations
+// rounded to bf16, as a bf16 model in vLLM or transformers does: one pass
+// instead of two (the dense cuBLASLt GEMMs, splitGemm) and one part
+// instead of two (the MoE's k_moe_gemm_pipe1), about half their tensor
+// work, at bf16's 2^-8 instead of about 2^-17 relative rounding of each
+// activation. Off by default: the CPU backend's goldens hold the fp32
+// activations' results. Info's device name says when it is on.
+const EnvBF16Activations = "NPUSERVE_CUDA_BF16_ACTIVATIONS"
+
+// bf16Act is EnvBF16Activations' setting.
+var bf16Act = os.Getenv(EnvBF16Activations) == "1"
+
+// moePartsFor is moeTCParts for EnvBF16Activations' value bf16 and
+// EnvMoEParts' parts.
+func moePartsFor(bf16 string, parts int) int {
+	if bf16 == "1" {
+		return 1
+	}
+	return parts
+}
 
 // envInt is the integer value of environment variable name in [lo, hi],
 // def when it is unset or not such a number.
@@ -316,8 +338,13 @@ func (b *Backend) MoE(out, x, gateUp, down, weights, ids *npu.Tensor, limit floa
 			}
 			half := splitHalf(tc * D)
 			s := b.temp(2 * half)
-			b.launch("k_split_bf16", b.gridFor(int64(tc*D), elemThreads), d1(elemThreads), 0,
-				s.ptr, s.ptr+uint64(half), xc, pI64(tc*D))
+			if moeTCParts == 1 {
+				b.launch("k_convert", b.gridFor(int64(tc*D), elemThreads), d1(elemThreads), 0,
+					s.ptr, pI32(dtypeCode(npu.BF16)), xc, pI32(dtypeCode(npu.F32)), pI64(tc*D))
+			} else {
+				b.launch("k_split_bf16", b.gridFor(int64(tc*D), elemThreads), d1(elemThreads), 0,
+					s.ptr, s.ptr+uint64(half), xc, pI64(tc*D))
+			}
 			b.gemmPipe(gu, s.ptr, s.ptr+uint64(half), rt.tok, pg, rt, 2*I, D)
 			b.freeBuf(s)
 		},
@@ -338,7 +365,8 @@ const EnvMoEPipe = "NPUSERVE_CUDA_MOE_PIPE"
 // moePipe selects k_moe_gemm_pipe for MoE's tiled BF16 grouped GEMMs at
 // two parts (the activations split once, by k_split_bf16 and
 // k_swiglu_split, rather than in every block's loop); false keeps
-// k_moe_gemm_tc2, whose results are the same bits.
+// k_moe_gemm_tc2, whose results are the same bits. At one part
+// (EnvBF16Activations) it is the only kernel that takes bf16 activations.
 var moePipe = os.Getenv(EnvMoEPipe) != "0"
 
 // Geometry of k_moe_gemm_pipe (MOE_PBN, MOE_PSMEM in kernels/moe.cu).
@@ -352,7 +380,7 @@ const (
 // (not rt.small), BF16, two parts, and the kernel's 16-byte copies (K %
 // 8 == 0, w aligned) and paired stores (N even).
 func usePipe(rt *moeRoute, wdt, N, K int, w uint64) bool {
-	return moePipe && moeTensorCores && moeTCParts == 2 && !rt.small && wdt == dtypeCode(npu.BF16) &&
+	return moePipe && moeTensorCores && moeTCParts <= 2 && !rt.small && wdt == dtypeCode(npu.BF16) &&
 		K%8 == 0 && N%2 == 0 && w%16 == 0
 }
 
@@ -361,9 +389,14 @@ func usePipe(rt *moeRoute, wdt, N, K int, w uint64) bool {
 func splitHalf(n int) int { return (2*n + 255) &^ 255 }
 
 // gemmPipe enqueues k_moe_gemm_pipe: C [rt.n, N] = (hi + lo) · W_eᵀ over
-// rt's tiles, GEMM row r reading split row tok[r] (r when tok == 0).
+// rt's tiles, GEMM row r reading split row tok[r] (r when tok == 0);
+// k_moe_gemm_pipe1, hi · W_eᵀ, at moeTCParts 1.
 func (b *Backend) gemmPipe(c, hi, lo, tok, w uint64, rt *moeRoute, N, K int) {
-	b.launchShared("k_moe_gemm_pipe", d2((N+moePipeBN-1)/moePipeBN, rt.maxTiles), d1(256), moePipeShared,
+	name := "k_moe_gemm_pipe"
+	if moeTCParts == 1 {
+		name = "k_moe_gemm_pipe1" // lo unused
+	}
+	b.launchShared(name, d2((N+moePipeBN-1)/moePipeBN, rt.maxTiles), d1(256), moePipeShared,
 		c, hi, lo, tok, w, rt.tiles, rt.ntiles, rt.off, pI32(rt.n), pI32(N), pI32(K))
 }
 
@@ -395,8 +428,12 @@ func (b *Backend) moeRun(op int, out, x, weights, ids *npu.Tensor, k, E, I int, 
 		p.up(rt, px+uint64(4*c0*D), tc, gu.ptr)
 		split := p.splitDown != nil && p.splitDown(rt)
 		if split {
+			lo := h.ptr + uint64(splitHalf(n*I))
+			if moeTCParts == 1 {
+				lo = 0 // k_moe_gemm_pipe1 reads hi alone
+			}
 			b.launch("k_swiglu_split", b.gridFor(int64(n*I), elemThreads), d1(elemThreads), 0,
-				h.ptr, h.ptr+uint64(splitHalf(n*I)), gu.ptr, pI64(n), pI32(I), pF32(limit), pBool(clamp))
+				h.ptr, lo, gu.ptr, pI64(n), pI32(I), pF32(limit), pBool(clamp))
 		} else {
 			b.launch("k_swiglu", b.gridFor(int64(n*I), elemThreads), d1(elemThreads), 0,
 				h.ptr, gu.ptr, pI64(n), pI32(I), pF32(limit), pBool(clamp))

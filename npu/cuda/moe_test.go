@@ -244,6 +244,7 @@ func TestUsePipe(t *testing.T) {
 		{tiled, bf, 4095, 4096, 0x1000, 2, true, false, "odd N"},
 		{tiled, bf, 4096, 4096, 0x1008, 2, true, false, "W not 16-byte aligned"},
 		{tiled, bf, 4096, 4096, 0x1000, 3, true, false, "three parts: k_moe_gemm_tc"},
+		{tiled, bf, 4096, 4096, 0x1000, 1, true, true, "one part (bf16 activations): k_moe_gemm_pipe1"},
 		{tiled, bf, 4096, 4096, 0x1000, 2, false, false, "switched off"},
 	} {
 		moeTCParts, moePipe = c.parts, c.pipe
@@ -376,5 +377,18 @@ func TestCachedPlan(t *testing.T) {
 	b.cachedPlan(k3, fail)
 	if calls != 2 || len(b.noPlan) != maxPlans {
 		t.Errorf("with noPlan full: create called %d times (want 2), noPlan holds %d (want %d)", calls, len(b.noPlan), maxPlans)
+	}
+}
+
+// TestMoEPartsFor: EnvBF16Activations=1 takes the MoE to one part whatever
+// EnvMoEParts says; anything else leaves EnvMoEParts' choice.
+func TestMoEPartsFor(t *testing.T) {
+	for _, c := range []struct {
+		bf16       string
+		parts, got int
+	}{{"1", 2, 1}, {"1", 3, 1}, {"", 2, 2}, {"0", 3, 3}, {"true", 2, 2}} {
+		if got := moePartsFor(c.bf16, c.parts); got != c.got {
+			t.Errorf("moePartsFor(%q, %d) = %d, want %d", c.bf16, c.parts, got, c.got)
+		}
 	}
 }

@@ -458,7 +458,9 @@ __device__ __forceinline__ void bf2_rest(float a, float b, u32 hi, float &ra, fl
 
 // split_bf16 writes v = hi + lo to 16 bits (hi = bf16(v), lo = bf16(v -
 // hi)); a non-finite remainder (v infinite or NaN, or rounding up to an
-// infinity) gives lo = 0. For finite pairs these are split2x2's halves.
+// infinity) gives lo = 0. These are split2x2's halves for every v but
+// those within 2^-9 of FLT_MAX, whose hi rounds to an infinity: split2x2
+// keeps the remainder (-inf, so hi + lo is NaN), this gives lo = 0.
 __device__ __forceinline__ void split_bf16(float v, u16 &hi, u16 &lo) {
 	hi = f32_to_bf16(v);
 	const float r = v - bf16_to_f32(hi);

@@ -66,13 +66,18 @@ extern "C" __global__ void k_swiglu(float *o, const float *gu, i64 rows, int int
 
 // k_swiglu_split is k_swiglu writing each result v split as hi + lo
 // (split_bf16) into hi and lo [rows, inter]: the input of
-// k_moe_gemm_pipe.
+// k_moe_gemm_pipe; with lo NULL, hi alone (bf16(v), k_moe_gemm_pipe1's).
 extern "C" __global__ void k_swiglu_split(u16 *hi, u16 *lo, const float *gu, i64 rows, int inter, float limit,
 					  int clamp) {
 	pdl_prologue();
 	const i64 n = rows * inter;
 	GRID_STRIDE(i, n) {
-		split_bf16(swiglu_at(gu, i, inter, limit, clamp), hi[i], lo[i]);
+		u16 h, l;
+		split_bf16(swiglu_at(gu, i, inter, limit, clamp), h, l);
+		hi[i] = h;
+		if (lo != NULL) {
+			lo[i] = l;
+		}
 	}
 }
 

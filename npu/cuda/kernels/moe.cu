@@ -383,15 +383,18 @@ extern "C" __global__ __launch_bounds__(256) void k_moe_gemm_tc2(float *C, const
 // overlap this one's MMAs; 8 warps, each 32 rows x 64 columns (2x8
 // m16n8k16 tiles per part), operands by ldmatrix. The arithmetic is
 // k_moe_gemm_tc2's (each k step lo·Wᵀ then hi·Wᵀ into one fp32
-// accumulator), so the results are its bits. The host checks K % 8 == 0,
+// accumulator), so the results are its bits (activations within 2^-9 of
+// FLT_MAX aside: split_bf16). The host checks K % 8 == 0,
 // N even and 16-byte aligned hi, lo and W. Dynamic shared memory:
 // MOE_PSMEM bytes.
-extern "C" __global__ __launch_bounds__(256, 2) void k_moe_gemm_pipe(float *C, const u16 *Ahi, const u16 *Alo,
-								     const int *tok, const u16 *W, const int *tiles,
-								     const int *ntiles, const int *off, int M, int N,
-								     int K) {
-	pdl_prologue();
-	extern __shared__ __align__(16) u16 psm[];
+//
+// P = 1 (k_moe_gemm_pipe1) takes hi alone: activations rounded to bf16,
+// as a bf16 model's GEMMs take them (NPUSERVE_CUDA_BF16_ACTIVATIONS), half
+// the MMAs; Alo is not read.
+template <int P>
+__device__ __forceinline__ void moe_gemm_pipe(u16 *psm, float *C, const u16 *Ahi, const u16 *Alo, const int *tok,
+					      const u16 *W, const int *tiles, const int *ntiles, const int *off, int M,
+					      int N, int K) {
 	int e, r0, r1;
 	if (!moe_tile(tiles, ntiles, off, M, MOE_BM, e, r0, r1)) {
 		return;
@@ -427,7 +430,9 @@ extern "C" __global__ __launch_bounds__(256, 2) void k_moe_gemm_pipe(float *C, c
 		const bool kin = k < K;
 		const int ab = aok && kin ? 16 : 0;
 		cp_async16(s + lrow * MOE_PLD + lc, Ahi + (ab ? aoff + k : 0), ab);
-		cp_async16(s + (MOE_BM + lrow) * MOE_PLD + lc, Alo + (ab ? aoff + k : 0), ab);
+		if (P == 2) {
+			cp_async16(s + (MOE_BM + lrow) * MOE_PLD + lc, Alo + (ab ? aoff + k : 0), ab);
+		}
 #pragma unroll
 		for (int i = 0; i < MOE_PBN / 64; i++) {
 			const int wb = wok[i] && kin ? 16 : 0;
@@ -462,9 +467,9 @@ extern "C" __global__ __launch_bounds__(256, 2) void k_moe_gemm_pipe(float *C, c
 		const u16 *s = psm + (kt % MOE_PST) * stage;
 #pragma unroll
 		for (int kk = 0; kk < MOE_PBK; kk += 16) {
-			u32 a[2][2][4]; // [part: 0 hi, 1 lo][m]
+			u32 a[P][2][4]; // [part: 0 hi, 1 lo][m]
 #pragma unroll
-			for (int p = 0; p < 2; p++) {
+			for (int p = 0; p < P; p++) {
 #pragma unroll
 				for (int m = 0; m < 2; m++) {
 					ldsm_x4(s + (p * MOE_BM + wm + 16 * m + (lane & 15)) * MOE_PLD + kk + 8 * (lane >> 4),
@@ -479,7 +484,7 @@ extern "C" __global__ __launch_bounds__(256, 2) void k_moe_gemm_pipe(float *C, c
 						8 * ((lane >> 3) & 1),
 					b[0][0], b[0][1], b[1][0], b[1][1]);
 #pragma unroll
-				for (int p = 1; p >= 0; p--) { // lo first, as k_moe_gemm_tc2
+				for (int p = P - 1; p >= 0; p--) { // lo first, as k_moe_gemm_tc2
 #pragma unroll
 					for (int m = 0; m < 2; m++) {
 #pragma unroll
@@ -511,6 +516,26 @@ extern "C" __global__ __launch_bounds__(256, 2) void k_moe_gemm_pipe(float *C, c
 			}
 		}
 	}
+}
+
+// k_moe_gemm_pipe is moe_gemm_pipe<2>, described above.
+extern "C" __global__ __launch_bounds__(256, 2) void k_moe_gemm_pipe(float *C, const u16 *Ahi, const u16 *Alo,
+								     const int *tok, const u16 *W, const int *tiles,
+								     const int *ntiles, const int *off, int M, int N,
+								     int K) {
+	pdl_prologue();
+	extern __shared__ __align__(16) u16 psm[];
+	moe_gemm_pipe<2>(psm, C, Ahi, Alo, tok, W, tiles, ntiles, off, M, N, K);
+}
+
+// k_moe_gemm_pipe1 is k_moe_gemm_pipe on hi alone (P = 1; Alo unused).
+extern "C" __global__ __launch_bounds__(256, 2) void k_moe_gemm_pipe1(float *C, const u16 *Ahi, const u16 *Alo,
+								      const int *tok, const u16 *W, const int *tiles,
+								      const int *ntiles, const int *off, int M, int N,
+								      int K) {
+	pdl_prologue();
+	extern __shared__ __align__(16) u16 psm[];
+	moe_gemm_pipe<1>(psm, C, Ahi, Alo, tok, W, tiles, ntiles, off, M, N, K);
 }
 
 // k_gemm_tc_strided is a strided batch of dense tensor-core GEMMs

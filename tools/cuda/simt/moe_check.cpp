@@ -62,6 +62,17 @@ static std::vector<float> pipe(const Route &rt, const std::vector<uint16_t> &hi,
 	return C;
 }
 
+static std::vector<float> pipe1(const Route &rt, const std::vector<uint16_t> &hi, const int *tok,
+				const std::vector<uint16_t> &W, int M, int N, int K) {
+	std::vector<float> C((size_t)M * N, -7.0f);
+	int nt = rt.ntiles;
+	simt::launch(dim3((N + 255) / 256, rt.maxTiles), dim3(256), MOE_PSMEM, [&] {
+		moe::k_moe_gemm_pipe1(C.data(), hi.data(), nullptr, tok, W.data(), rt.tiles.data(), &nt, rt.off.data(), M,
+				      N, K);
+	});
+	return C;
+}
+
 static void split(const std::vector<float> &x, std::vector<uint16_t> &hi, std::vector<uint16_t> &lo) {
 	hi.assign(x.size(), 0);
 	lo.assign(x.size(), 0);
@@ -120,6 +131,36 @@ int main() {
 				  pipe(rt, xh, xl, rt.tok.data(), gu, n, 2 * c.I, c.D), upP);
 		}
 		simt::order = 0;
+		// One part (bf16 activations): k_moe_gemm_pipe1 on hi is
+		// k_moe_gemm_tc2 on x rounded to bf16 (whose lo parts are 0), and
+		// the fp64 product of the rounded x.
+		{
+			std::vector<float> xr(x.size());
+			for (size_t i = 0; i < x.size(); i++) {
+				xr[i] = (float)chk::bf16_f32(xh[i]);
+			}
+			const std::vector<float> up1 = pipe1(rt, xh, rt.tok.data(), gu, n, 2 * c.I, c.D);
+			chk::same("gate|up: k_moe_gemm_pipe1 vs k_moe_gemm_tc2 on bf16(x)", up1,
+				  tc2(rt, xr, rt.tok.data(), gu, n, 2 * c.I, c.D));
+			chk::near("gate|up: k_moe_gemm_pipe1 vs fp64 on bf16(x)", up1,
+				  reference(rt, xr, rt.tok.data(), gu, c.E, n, 2 * c.I, c.D), 2e-5, 1e-4);
+			std::vector<uint16_t> h1((size_t)n * c.I);
+			simt::launch(dim3(4), dim3(256), 0, [&] {
+				ew::k_swiglu_split(h1.data(), nullptr, up2.data(), (long long)n, c.I, 0.9f, 1);
+			});
+			std::vector<uint16_t> hh0((size_t)n * c.I), hl0((size_t)n * c.I);
+			simt::launch(dim3(4), dim3(256), 0, [&] {
+				ew::k_swiglu_split(hh0.data(), hl0.data(), up2.data(), (long long)n, c.I, 0.9f, 1);
+			});
+			chk::same("k_swiglu_split hi alone vs with lo", h1, hh0);
+			// The down GEMM (rows in order) on the rounded SwiGLU rows.
+			std::vector<float> h1f(h1.size());
+			for (size_t i = 0; i < h1.size(); i++) {
+				h1f[i] = (float)chk::bf16_f32(h1[i]);
+			}
+			chk::near("down: k_moe_gemm_pipe1 vs fp64 on bf16(h)", pipe1(rt, h1, nullptr, dw, n, c.D, c.I),
+				  reference(rt, h1f, nullptr, dw, c.E, n, c.D, c.I), 2e-5, 1e-4);
+		}
 		// SwiGLU then the down GEMM (rows in order: tok = 0).
 		std::vector<float> h((size_t)n * c.I);
 		std::vector<uint16_t> hh((size_t)n * c.I), hl((size_t)n * c.I), sh, sl;
