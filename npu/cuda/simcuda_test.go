@@ -15,7 +15,7 @@ import (
 // test, about 70 s of emulation: all but TestGPUGEMV, TestGPUMoEDecode
 // and TestGPUSparseMLA, whose slice-sized shapes take 80 to 190 s each
 // (make test-simcuda runs every one).
-var simcudaTests = "TestGPU(KDA|KPool|DSAIndex|SparseMLAFromIndex|AttnDeviceErrors|FP8ActQuant|MatMulQFP8Block|MoEQFP8Block|MatMulQFP8BlockTensorCore|GEMVNonFinite|GEMVDeterministic|GraphReplay|GraphRefusals|MoE|MoEPipeBits|MatMulQ|MoEQ|SampleReduce|SampleHistTable|SampleHist|SampleHistBadRow|Copy|Fill|Elementwise|SwiGLU|Softmax|Norms|GatherScatter|TopK|MatMul|HC|Conv1d|KDAGate|Router|MemoryContract)$"
+var simcudaTests = "TestGPU(KDA|KPool|DSAIndex|SparseMLAFromIndex|AttnDeviceErrors|FP8ActQuant|MatMulQFP8Block|MoEQFP8Block|MatMulQFP8BlockTensorCore|GEMVNonFinite|GEMVDeterministic|GraphReplay|GraphRefusals|MoE|MoEPipeBits|MatMulQ|MoEQ|SampleReduce|SampleHistTable|SampleHist|SampleHistBadRow|Copy|Fill|Elementwise|SwiGLU|Softmax|Norms|GatherScatter|TopK|MatMul|MatMulBF16Activations|HC|Conv1d|KDAGate|Router|MemoryContract)$"
 
 // TestSimCUDA runs this package's GPU tests on simcuda
 // (tools/cuda/simt/simcuda.cpp: libcuda, NVRTC and cuBLASLt stand-ins

@@ -11,7 +11,7 @@
 #                                        # graphs, selftest, memcheck, mtp,
 #                                        # mtp-train, spec-slice, serve,
 #                                        # bench-serve, nccl, ncu,
-#                                        # fp8wide, prefill)
+#                                        # fp8wide, prefill, prefill-ab)
 #
 # With the device tool: run `build`, then call run with carry [".gpu"] and
 # the command `bash tools/cuda/run-on-gpu.sh run`. What comes back in $OUT:
@@ -109,6 +109,20 @@ session)
 			NPUSERVE_CUDA_PROFILE=1 timeout ${PREFILL_S:-200} .gpu/npuserve bench decode --device cuda --config configs/slice/config.json \
 				--batch 2 --context ${PREFILL_CONTEXT:-8192} --steps 2 >"$out/prefill.log" 2>&1 || rc=1
 			tail -5 "$out/prefill.log"
+			;;
+		prefill-ab)
+			# Prefill of PREFILL_CONTEXT tokens (slice, no profile: wall
+			# time) with each prefill kernel choice switched back, and
+			# with bf16 activations, then at PREFILL_LONG (16K) tokens.
+			for e in NPUSERVE_CUDA_AB=default NPUSERVE_CUDA_MOE_PIPE=0 NPUSERVE_CUDA_KDA=rows NPUSERVE_CUDA_BF16_ACTIVATIONS=1; do
+				echo "--- $e" | tee -a "$out/prefill-ab.log"
+				env "$e" timeout ${PREFILL_S:-200} .gpu/npuserve bench decode --device cuda --config configs/slice/config.json \
+					--batch 2 --context ${PREFILL_CONTEXT:-8192} --steps 2 2>&1 | grep -i prefill | tee -a "$out/prefill-ab.log" || rc=1
+			done
+			echo "--- ${PREFILL_LONG:-16384} tokens" | tee -a "$out/prefill-ab.log"
+			NPUSERVE_CUDA_PROFILE=1 timeout ${PREFILL_S:-200} .gpu/npuserve bench decode --device cuda --config configs/slice/config.json \
+				--batch 2 --context ${PREFILL_LONG:-16384} --steps 2 >>"$out/prefill-ab.log" 2>&1 || rc=1
+			tail -5 "$out/prefill-ab.log"
 			;;
 		ncu)
 			# Exact per-kernel GPU time of eager decode (Nsight Compute, one
