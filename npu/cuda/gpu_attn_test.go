@@ -246,6 +246,7 @@ func TestGPUSparseMLA(t *testing.T) {
 		{16, 32, 32, 256, []int{1, 1}, []int{900, 300}, 700}, // k_mla_attn_tc: decode, latents split across blocks
 		{6, 8, 13, 72, []int{1}, []int{90}, 40},              // k_mla_out's one-row form: a warp's last columns past dv
 		{4, 8, 16, 64, []int{9}, []int{20}, 16},              // a one-row tile (rows 8) after a full one
+		{6, 24, 8, 72, []int{66}, []int{80}, 40},             // k_gemm_tc_strided_t: a partial row tile and column tile
 	} {
 		for _, ldt := range []npu.DType{npu.F32, npu.BF16} {
 			for _, wdt := range floatTypes {
@@ -308,13 +309,13 @@ func TestGPUSparseMLA(t *testing.T) {
 				h.close("SparseMLA "+name, out, tol)
 				if ldt == npu.BF16 && c.R%128 == 0 || wdt == npu.BF16 && T >= mlaOutTCRows {
 					// The tensor-core kernels (k_mla_attn_tc,
-					// k_gemm_tc_strided) served the runs above; the
-					// CUDA-core k_mla_attn and k_mla_out agree with the
-					// CPU too.
+					// k_gemm_tc_strided, k_gemm_tc_strided_t) served the
+					// runs above; the CUDA-core k_mla_attn, k_mla_qlat and
+					// k_mla_out agree with the CPU too.
 					g, _ := h.floats(out)
-					mlaAttnTC, mlaOutTC = false, false
+					mlaAttnTC, mlaOutTC, mlaQlatTC = false, false, false
 					h.g.SparseMLA(out.g, q.g, lat.g, kvB.g, sp.g, gs, c.H, c.dk, c.dv, scale)
-					mlaAttnTC, mlaOutTC = true, true
+					mlaAttnTC, mlaOutTC, mlaQlatTC = true, true, true
 					h.close("SparseMLA (CUDA cores) "+name, out, tol)
 					f, _ := h.floats(out)
 					e, _ := maxRelErr(g, f, rms(f))

@@ -173,7 +173,13 @@ func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Seq
 		if tiles*H < mlaSplitBlocks {
 			qz, oz = (R+127)/128, (dv+31)/32
 		}
-		if ks := qlatSlices(kvB.DType(), b.ptr(kvB), dk, R); qz > 1 && ks > 0 {
+		if useQlatTC(kvB.DType(), n, dk, R, H, b.ptr(q), b.ptr(kvB)) {
+			// Prefill: one strided tensor-core GEMM per head, z[t, h, :] =
+			// q[t0+t, h, :dk] · W_UK[h] (dk x R rows of kvB).
+			b.launch("k_gemm_tc_strided_t", dim3{uint32((R + moeTCBN - 1) / moeTCBN), uint32((n + moeBM - 1) / moeBM), uint32(H)}, d1(256), 0,
+				z.ptr, pI64(H*R), pI64(R), b.ptr(q)+uint64(4*t0*H*dk), pI64(H*dk), pI64(dk),
+				b.ptr(kvB), pI64((dk+dv)*R), pI64(R), pI32(n), pI32(R), pI32(dk), pBool(true))
+		} else if ks := qlatSlices(kvB.DType(), b.ptr(kvB), dk, R); qz > 1 && ks > 0 {
 			b.launchShared("k_mla_qlat_bf16", d2(tiles, H), d1(R/8*ks), 4*(mlaQT*dk+ks*R),
 				z.ptr, b.ptr(q), b.ptr(kvB), pI32(t0), pI32(n), pI32(H), pI32(dk), pI32(dv), pI32(R), pI32(ks))
 		} else {
@@ -231,6 +237,20 @@ func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Seq
 	b.freeBuf(z)
 	b.freeBuf(counts)
 	b.freeBuf(rows)
+}
+
+// mlaQlatTC selects the tensor-core absorbed query (k_gemm_tc_strided_t:
+// three-part q, fp32 accumulation, within fp32 rounding of k_mla_qlat)
+// for prefill waves; false keeps k_mla_qlat (tests compare them).
+var mlaQlatTC = true
+
+// useQlatTC says whether a wave of n rows forms q̃ on the tensor cores:
+// BF16 kvB, at least mlaOutTCRows rows (k_mla_qlat reads each head's W_UK
+// once per 8 rows: at prefill that is the bytes that bound it), and the
+// kernel's vector loads (dk % 8 == 0, R % 8 == 0, q and kvB 16-byte
+// aligned; q's rows, H*dk floats, then are too).
+func useQlatTC(dt npu.DType, n, dk, R, H int, q, kvB uint64) bool {
+	return mlaQlatTC && dt == npu.BF16 && n >= mlaOutTCRows && dk%8 == 0 && R%8 == 0 && q%16 == 0 && kvB%16 == 0 && H > 0
 }
 
 // qlatSlices is k_mla_qlat_bf16's number of dk slices for a decode wave

@@ -193,9 +193,13 @@ extern "C" __global__ __launch_bounds__(256) void k_moe_gemm_f(float *C, const f
 // P = 2 (k_moe_gemm_tc2) keeps two parts (hi, lo = bf16(a - hi): 16 bits
 // of a, split2x2): two thirds of the MMAs and of the A tile's shared
 // memory, results within bf16 weights' rounding of fp32's.
-template <int P>
+//
+// WT (k_gemm_tc_strided_t) reads W transposed: element (n, k) at W[k ldw
+// + n], a K x N row-major matrix (rows ldw apart); vec then also needs ldw
+// % 8 == 0.
+template <int P, bool WT = false>
 __device__ __forceinline__ void gemm_tc_tile(float *C, i64 ldc, const float *A, i64 lda, const int *tok,
-					     const u16 *W, int N, int K, int r0, int r1, int n0, int vec) {
+					     const u16 *W, int N, int K, int r0, int r1, int n0, int vec, i64 ldw = 0) {
 	__shared__ __align__(16) u16 As[P][MOE_BM][MOE_TK + MOE_TP];
 	__shared__ __align__(16) u16 Bs[MOE_TBN][MOE_TK + MOE_TP];
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -212,6 +216,8 @@ __device__ __forceinline__ void gemm_tc_tile(float *C, i64 ldc, const float *A, 
 	const int bn = n0 + br;
 	const bool bok = bn < N;
 	const u16 *wrow = W + (i64)(bok ? bn : 0) * K;
+	// WT's loader roles: 32 consecutive n of k row tid/4 (coalesced).
+	const int tk = tid >> 2, tn = (tid & 3) * (MOE_TBN / 4);
 	float a[8 * AR];
 	u16 w[8 * WV];
 	// fetch loads step k0's A and W pieces of this thread into a and w.
@@ -230,21 +236,43 @@ __device__ __forceinline__ void gemm_tc_tile(float *C, i64 ldc, const float *A, 
 				}
 			}
 		}
+		if constexpr (WT) {
 #pragma unroll
-		for (int h = 0; h < WV; h++) {
-			const int k = k0 + bk + 8 * h;
-			if (vec && k + 8 <= K && bok) {
-				const uint4 v = *(const uint4 *)(wrow + k);
-				const u32 vv[4] = {v.x, v.y, v.z, v.w};
+			for (int h = 0; h < WV; h++) {
+				const int n = n0 + tn + 8 * h, k = k0 + tk;
+				const u16 *src = W + (i64)(k < K ? k : 0) * ldw + n;
+				if (vec && n + 8 <= N && k < K) {
+					const uint4 v = *(const uint4 *)src;
+					const u32 vv[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-				for (int i = 0; i < 4; i++) {
-					w[8 * h + 2 * i] = (u16)(vv[i] & 0xffffu);
-					w[8 * h + 2 * i + 1] = (u16)(vv[i] >> 16);
+					for (int i = 0; i < 4; i++) {
+						w[8 * h + 2 * i] = (u16)(vv[i] & 0xffffu);
+						w[8 * h + 2 * i + 1] = (u16)(vv[i] >> 16);
+					}
+				} else {
+#pragma unroll
+					for (int i = 0; i < 8; i++) {
+						w[8 * h + i] = (k < K && n + i < N) ? src[i] : (u16)0;
+					}
 				}
-			} else {
+			}
+		} else {
 #pragma unroll
-				for (int i = 0; i < 8; i++) {
-					w[8 * h + i] = (bok && k + i < K) ? wrow[k + i] : (u16)0;
+			for (int h = 0; h < WV; h++) {
+				const int k = k0 + bk + 8 * h;
+				if (vec && k + 8 <= K && bok) {
+					const uint4 v = *(const uint4 *)(wrow + k);
+					const u32 vv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+					for (int i = 0; i < 4; i++) {
+						w[8 * h + 2 * i] = (u16)(vv[i] & 0xffffu);
+						w[8 * h + 2 * i + 1] = (u16)(vv[i] >> 16);
+					}
+				} else {
+#pragma unroll
+					for (int i = 0; i < 8; i++) {
+						w[8 * h + i] = (bok && k + i < K) ? wrow[k + i] : (u16)0;
+					}
 				}
 			}
 		}
@@ -278,9 +306,16 @@ __device__ __forceinline__ void gemm_tc_tile(float *C, i64 ldc, const float *A, 
 				*(u32 *)&As[P - 1][lr][c] = lo;
 			}
 		}
+		if constexpr (WT) {
 #pragma unroll
-		for (int i = 0; i < 8 * WV; i += 2) {
-			*(u32 *)&Bs[br][bk + i] = (u32)w[i] | (u32)w[i + 1] << 16;
+			for (int j = 0; j < 8 * WV; j++) {
+				Bs[tn + j][tk] = w[j];
+			}
+		} else {
+#pragma unroll
+			for (int i = 0; i < 8 * WV; i += 2) {
+				*(u32 *)&Bs[br][bk + i] = (u32)w[i] | (u32)w[i + 1] << 16;
+			}
 		}
 		__syncthreads();
 		if (k0 + MOE_TK < K) {
@@ -552,6 +587,20 @@ extern "C" __global__ __launch_bounds__(256) void k_gemm_tc_strided(float *C, i6
 	const int r0 = blockIdx.y * MOE_BM;
 	gemm_tc_tile<3>(C + z * sc, ldc, A + z * sa, lda, 0, W + z * sw, N, K, r0, min(M, r0 + MOE_BM), blockIdx.x * MOE_TBN,
 		     vec);
+}
+
+// k_gemm_tc_strided_t is k_gemm_tc_strided with W_b transposed: C_b[r,
+// n] = Σ_k A_b[r, k] W_b[k, n], W_b = W + b sw a K x N matrix with rows
+// ldw apart (vec: also ldw % 8 == 0). SparseMLA's absorbed query at
+// prefill: q̃ = q_nope · W_UK per head.
+extern "C" __global__ __launch_bounds__(256) void k_gemm_tc_strided_t(float *C, i64 ldc, i64 sc, const float *A,
+								      i64 lda, i64 sa, const u16 *W, i64 sw, i64 ldw,
+								      int M, int N, int K, int vec) {
+	pdl_prologue();
+	const i64 z = blockIdx.z;
+	const int r0 = blockIdx.y * MOE_BM;
+	gemm_tc_tile<3, true>(C + z * sc, ldc, A + z * sa, lda, 0, W + z * sw, N, K, r0, min(M, r0 + MOE_BM),
+			      blockIdx.x * MOE_TBN, vec, ldw);
 }
 
 // decode8 widens 8 consecutive weights starting at element i (i % 8 == 0,

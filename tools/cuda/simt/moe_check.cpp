@@ -98,7 +98,40 @@ static std::vector<float> reference(const Route &rt, const std::vector<float> &A
 	return C;
 }
 
+// strided: k_gemm_tc_strided_t on W stored transposed (K x N rows of
+// ldw) gives k_gemm_tc_strided's bits on W (N x K): the same tiles in
+// shared memory, the same MMAs.
+static void strided() {
+	const int B = 3, M = 70, N = 136, K = 40, ldw = 144;
+	printf("k_gemm_tc_strided_t B=%d M=%d N=%d K=%d\n", B, M, N, K);
+	const std::vector<float> A = chk::randf((size_t)B * M * K, 81);
+	const std::vector<uint16_t> W = chk::randbf((size_t)B * N * K, 82);
+	std::vector<uint16_t> WT((size_t)B * K * ldw, 0x7fc0);
+	for (int b = 0; b < B; b++) {
+		for (int n = 0; n < N; n++) {
+			for (int k = 0; k < K; k++) {
+				WT[((size_t)b * K + k) * ldw + n] = W[((size_t)b * N + n) * K + k];
+			}
+		}
+	}
+	for (int vec = 0; vec < 2; vec++) {
+		std::vector<float> c0((size_t)B * M * N, -7.0f), c1 = c0;
+		simt::launch(dim3((N + 127) / 128, (M + 63) / 64, B), dim3(256), 0, [&] {
+			moe::k_gemm_tc_strided(c0.data(), N, (long long)M * N, A.data(), K, (long long)M * K, W.data(),
+					       (long long)N * K, M, N, K, vec);
+		});
+		simt::launch(dim3((N + 127) / 128, (M + 63) / 64, B), dim3(256), 0, [&] {
+			moe::k_gemm_tc_strided_t(c1.data(), N, (long long)M * N, A.data(), K, (long long)M * K, WT.data(),
+						 (long long)K * ldw, ldw, M, N, K, vec);
+		});
+		chk::same(vec ? "k_gemm_tc_strided_t vs k_gemm_tc_strided (vec)" : "k_gemm_tc_strided_t vs k_gemm_tc_strided",
+			  c1, c0);
+		chk::changed("k_gemm_tc_strided_t", c1, std::vector<float>(c1.size(), -7.0f));
+	}
+}
+
 int main() {
+	strided();
 	struct {
 		int T, k, E, D, I;
 	} cases[] = {{40, 4, 6, 136, 136}, {30, 3, 5, 256, 64}, {9, 2, 4, 64, 40}};

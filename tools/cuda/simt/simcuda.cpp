@@ -25,6 +25,8 @@
 // kernels' arithmetic (mma.sync emulated exactly, libm for expf). What
 // it proves is the code between the model and the kernels: launch
 // geometry, argument order, temporaries, graph capture, error words.
+// SIMCUDA_TRACE=1 prints every launch (kernel, grid, block, shared
+// memory) on stderr.
 #include <dlfcn.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -141,6 +143,11 @@ int launch(Func *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned
 		fprintf(stderr, "simcuda: %s: %u bytes of dynamic shared memory over its limit %d\n", f->name.c_str(),
 			shmem, f->maxShared);
 		return ERR_INVALID_VALUE;
+	}
+	static const bool trace = getenv("SIMCUDA_TRACE") != nullptr;
+	if (trace) {
+		fprintf(stderr, "simcuda: launch %s grid %u,%u,%u block %u,%u,%u shared %u%s\n", f->name.c_str(), gx, gy, gz,
+			bx, by, bz, shmem, s != nullptr && ((Stream *)s)->capturing ? " (captured)" : "");
 	}
 	// The parameters, copied: a capture replays them later, and the
 	// caller's slots may change in between.
