@@ -139,7 +139,7 @@ func runServe(c *cli.Context) error {
 	if err != nil {
 		return runError("serve: %v", err)
 	}
-	logrus.Infof("Device: the %s backend (%s)", be.Name(), plan.Device.BackendSource)
+	logrus.Infof("Device: the %s backend (%s): %s", be.Name(), plan.Device.BackendSource, be.Info().Name)
 	for _, x := range args.WithoutEffect(plan.Device.Backend) {
 		logrus.Warnf("%s is accepted without effect: %s", x.Flag, x.Reason)
 	}

@@ -3,7 +3,9 @@
 // 77c9df7 versions, on the emulator, bit for bit: refactors that promise
 // the same arithmetic (the mHC kernels after the decode fusions were
 // dropped, k_rmsnorm, the tensor-core GEMMs and split3x2/split2x2 on
-// bf2_rest, k_kda on shared helpers, k_swiglu, k_split_bf16).
+// bf2_rest, gemm_tc_tile with its transposed form beside it, k_kda on
+// shared helpers, k_swiglu, k_split_bf16). After the next GPU run the
+// reference commit becomes that run's.
 #include "check.h"
 namespace now {
 namespace hc {
@@ -185,6 +187,17 @@ static void gemms() {
 		     }));
 		BOTH("k_moe_gemm_tc2", outs, simt::launch(dim3((N + 127) / 128, maxTiles), dim3(256), 0, [&] {
 			     moe::k_moe_gemm_tc2(o[0].data(), P(x), tok.data(), P(W), tiles.data(), &nt, off.data(), n, N, K, vec);
+		     }));
+	}
+	// k_gemm_tc_strided (SparseMLA's prefill output projection).
+	{
+		const int B = 2, M = 70, Ns = 136, Ks = 40;
+		const F A = chk::randf((size_t)B * M * Ks, 53);
+		const std::vector<uint16_t> Ws = chk::randbf((size_t)B * Ns * Ks, 54);
+		std::vector<F> outs = {F((size_t)B * M * Ns, -7.0f)};
+		BOTH("k_gemm_tc_strided", outs, simt::launch(dim3((Ns + 127) / 128, (M + 63) / 64, B), dim3(256), 0, [&] {
+			     moe::k_gemm_tc_strided(o[0].data(), Ns, (long long)M * Ns, P(A), Ks, (long long)M * Ks, P(Ws),
+						    (long long)Ns * Ks, M, Ns, Ks, 1);
 		     }));
 	}
 	// k_gemv_tc: the MoE decode form (tiles) and the dense one (no
