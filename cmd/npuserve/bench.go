@@ -231,6 +231,13 @@ func benchDecodeOnce(m *glm5next.Model, B, ctxLen, steps int, graphs bool) (deco
 		if err := mgr.Append(seqs[i], ctxLen); err != nil {
 			return decodeResult{}, err
 		}
+		if i == len(seqs)-1 {
+			// The earlier prefills' work may still be running on an
+			// asynchronous device: the timed one starts on an idle one.
+			if err := be.Sync(); err != nil {
+				return decodeResult{}, err
+			}
+		}
 		t0 := time.Now()
 		lg, err := m.Forward(cache, &glm5next.Batch{Tokens: toks, Layout: mgr.Layout(seqs[i:i+1], []int{ctxLen})})
 		if err != nil {

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -25,6 +26,9 @@ func TestSIMTKernels(t *testing.T) {
 		}
 	}
 	dir := filepath.Join("..", "..", "tools", "cuda", "simt")
+	if _, err := os.Stat(filepath.Join(dir, "run.sh")); err != nil {
+		t.Skipf("no %s: the test binary runs outside its package directory (a GPU host's copy)", dir)
+	}
 	checks, err := filepath.Glob(filepath.Join(dir, "*_check.cpp"))
 	if err != nil || len(checks) == 0 {
 		t.Fatalf("no checks in %s (%v)", dir, err)
