@@ -177,6 +177,17 @@ extern "C" __global__ __launch_bounds__(256) void k_moe_gemm_f(float *C, const f
 #define MOE_TP 8  // row padding (bf16 elements) of its shared tiles
 #define MOE_TBN 128 // output columns of a tensor-core GEMM block (moeTCBN in moe.go)
 
+// unpack8 stores the 8 bf16 values of a 16-byte load (element 0 in the
+// low half of v.x) in w[0..7].
+__device__ __forceinline__ void unpack8(u16 *w, uint4 v) {
+	const u32 vv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		w[2 * i] = (u16)(vv[i] & 0xffffu);
+		w[2 * i + 1] = (u16)(vv[i] >> 16);
+	}
+}
+
 // gemm_tc_tile is a block's piece of a tensor-core GEMM with BF16
 // weights: C[r, n] = Σ_k A[a(r), k] W[n, k] for rows r0 <= r < r1 (at most
 // 64) and columns n0 <= n < min(N, n0 + MOE_TBN), a(r) = tok[r] when tok
@@ -242,13 +253,7 @@ __device__ __forceinline__ void gemm_tc_tile(float *C, i64 ldc, const float *A, 
 				const int n = n0 + tn + 8 * h, k = k0 + tk;
 				const u16 *src = W + (i64)(k < K ? k : 0) * ldw + n;
 				if (vec && n + 8 <= N && k < K) {
-					const uint4 v = *(const uint4 *)src;
-					const u32 vv[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-					for (int i = 0; i < 4; i++) {
-						w[8 * h + 2 * i] = (u16)(vv[i] & 0xffffu);
-						w[8 * h + 2 * i + 1] = (u16)(vv[i] >> 16);
-					}
+					unpack8(w + 8 * h, *(const uint4 *)src);
 				} else {
 #pragma unroll
 					for (int i = 0; i < 8; i++) {
@@ -261,13 +266,7 @@ __device__ __forceinline__ void gemm_tc_tile(float *C, i64 ldc, const float *A, 
 			for (int h = 0; h < WV; h++) {
 				const int k = k0 + bk + 8 * h;
 				if (vec && k + 8 <= K && bok) {
-					const uint4 v = *(const uint4 *)(wrow + k);
-					const u32 vv[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-					for (int i = 0; i < 4; i++) {
-						w[8 * h + 2 * i] = (u16)(vv[i] & 0xffffu);
-						w[8 * h + 2 * i + 1] = (u16)(vv[i] >> 16);
-					}
+					unpack8(w + 8 * h, *(const uint4 *)(wrow + k));
 				} else {
 #pragma unroll
 					for (int i = 0; i < 8; i++) {

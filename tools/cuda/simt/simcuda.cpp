@@ -344,12 +344,11 @@ int cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
 	*total_bytes = total;
 	return OK;
 }
+// reserve allocates n bytes within the device's total (mu held).
+static void *reserve(size_t n) { return used + graphBytes + n > total ? nullptr : allocate(n); }
 int cuMemAlloc_v2(CUdeviceptr *ptr, size_t n) {
 	std::lock_guard<std::recursive_mutex> l(mu);
-	if (used + graphBytes + n > total) {
-		return ERR_OUT_OF_MEMORY;
-	}
-	void *p = allocate(n);
+	void *p = reserve(n);
 	if (p == nullptr) {
 		return ERR_OUT_OF_MEMORY;
 	}
@@ -376,10 +375,7 @@ int cuMemAllocAsync(CUdeviceptr *ptr, size_t n, void *s) {
 	}
 	// Inside a capture the graph owns the allocation, until it is destroyed.
 	std::lock_guard<std::recursive_mutex> l(mu);
-	if (used + graphBytes + n > total) {
-		return ERR_OUT_OF_MEMORY;
-	}
-	void *p = allocate(n);
+	void *p = reserve(n);
 	if (p == nullptr) {
 		return ERR_OUT_OF_MEMORY;
 	}

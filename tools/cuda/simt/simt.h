@@ -560,52 +560,23 @@ template <class A, class B> inline auto min(A a, B b) -> decltype(a + b) { retur
 template <class A, class B> inline auto max(A a, B b) -> decltype(a + b) { return a < b ? b : a; }
 
 // Atomics: the fibers of a block never run at once, so plain updates are atomic.
-template <class T, class U> inline T atomicAdd(T *p, U v) {
-	T o = *p;
-	*p = o + (T)v;
+template <class T, class F> inline T rmw(T *p, F f) {
+	const T o = *p;
+	*p = f(o);
 	return o;
 }
-template <class T, class U> inline T atomicSub(T *p, U v) {
-	T o = *p;
-	*p = o - (T)v;
-	return o;
-}
-template <class T, class U> inline T atomicMax(T *p, U v) {
-	T o = *p;
-	*p = o < (T)v ? (T)v : o;
-	return o;
-}
-template <class T, class U> inline T atomicMin(T *p, U v) {
-	T o = *p;
-	*p = (T)v < o ? (T)v : o;
-	return o;
-}
-template <class T, class U> inline T atomicExch(T *p, U v) {
-	T o = *p;
-	*p = (T)v;
-	return o;
-}
-template <class T, class U> inline T atomicOr(T *p, U v) {
-	T o = *p;
-	*p = o | (T)v;
-	return o;
-}
-template <class T, class U> inline T atomicAnd(T *p, U v) {
-	T o = *p;
-	*p = o & (T)v;
-	return o;
-}
+template <class T, class U> inline T atomicAdd(T *p, U v) { return rmw(p, [&](T o) { return (T)(o + (T)v); }); }
+template <class T, class U> inline T atomicSub(T *p, U v) { return rmw(p, [&](T o) { return (T)(o - (T)v); }); }
+template <class T, class U> inline T atomicMax(T *p, U v) { return rmw(p, [&](T o) { return o < (T)v ? (T)v : o; }); }
+template <class T, class U> inline T atomicMin(T *p, U v) { return rmw(p, [&](T o) { return (T)v < o ? (T)v : o; }); }
+template <class T, class U> inline T atomicExch(T *p, U v) { return rmw(p, [&](T) { return (T)v; }); }
+template <class T, class U> inline T atomicOr(T *p, U v) { return rmw(p, [&](T o) { return (T)(o | (T)v); }); }
+template <class T, class U> inline T atomicAnd(T *p, U v) { return rmw(p, [&](T o) { return (T)(o & (T)v); }); }
 template <class U> inline unsigned atomicInc(unsigned *p, U v) {
-	const unsigned o = *p;
-	*p = o >= (unsigned)v ? 0 : o + 1;
-	return o;
+	return rmw(p, [&](unsigned o) { return o >= (unsigned)v ? 0u : o + 1; });
 }
 template <class T, class U, class V> inline T atomicCAS(T *p, U c, V v) {
-	T o = *p;
-	if (o == (T)c) {
-		*p = (T)v;
-	}
-	return o;
+	return rmw(p, [&](T o) { return o == (T)c ? (T)v : o; });
 }
 
 // The inline-PTX helpers of common.cuh, moe.cu and quant.cu (prep.py's
