@@ -35,9 +35,21 @@ func (b *Backend) Copy(dst, src *npu.Tensor) {
 		return
 	}
 	checkConvertible("Copy", dst.DType(), src.DType())
-	n := int64(dst.Numel())
-	b.launch("k_convert", b.gridFor(n, elemThreads), d1(elemThreads), 0,
-		b.ptr(dst), pI32(dtypeCode(dst.DType())), b.ptr(src), pI32(dtypeCode(src.DType())), pI64(int(n)))
+	b.convert(b.ptr(dst), dst.DType(), b.ptr(src), src.DType(), dst.Numel())
+}
+
+// convert enqueues k_convert: n elements of src (dtype sdt) into dst
+// (dtype ddt), as Copy converts them.
+func (b *Backend) convert(dst uint64, ddt npu.DType, src uint64, sdt npu.DType, n int) {
+	b.launch("k_convert", b.gridFor(int64(n), elemThreads), d1(elemThreads), 0,
+		dst, pI32(dtypeCode(ddt)), src, pI32(dtypeCode(sdt)), pI64(n))
+}
+
+// splitBF16 enqueues k_split_bf16: the n fp32 values at x as bf16 hi and
+// lo = bf16(x - hi) rows, the two-part activations of the tensor-core
+// GEMMs.
+func (b *Backend) splitBF16(hi, lo, x uint64, n int) {
+	b.launch("k_split_bf16", b.gridFor(int64(n), elemThreads), d1(elemThreads), 0, hi, lo, x, pI64(n))
 }
 
 // Fill sets every element of dst (F32; BF16 and F16 receive v rounded to

@@ -109,7 +109,7 @@ func (b *Backend) fp8TensorCore(out, x uint64, p *qdev, M int) int {
 		end()
 		if dbuf != nil {
 			n := mt * N
-			b.launch("k_convert", b.gridFor(int64(n), elemThreads), d1(elemThreads), 0, out, pI32(dtypeCode(npu.F32)), d, pI32(dtypeCode(npu.BF16)), pI64(n))
+			b.convert(out, npu.F32, d, npu.BF16, n)
 			b.freeBuf(dbuf)
 		}
 		b.fp8TCRuns++

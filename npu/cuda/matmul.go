@@ -88,8 +88,7 @@ func (b *Backend) MatMul(out, x, w *npu.Tensor) {
 	default:
 		n := N * K
 		s := b.temp(4 * n)
-		b.launch("k_convert", b.gridFor(int64(n), elemThreads), d1(elemThreads), 0,
-			s.ptr, pI32(dtypeCode(npu.F32)), pw, pI32(dtypeCode(w.DType())), pI64(n))
+		b.convert(s.ptr, npu.F32, pw, w.DType(), n)
 		b.gemmOrFail(cudaR32F, M, N, K, s.ptr, px, po)
 		b.freeBuf(s)
 	}
@@ -119,23 +118,27 @@ func useGemvTC(dt npu.DType, M, N, K int, x, w uint64) bool {
 func (b *Backend) splitGemm(M, N, K int, w, x, out uint64) bool {
 	n := M * K
 	half := splitHalf(n)
-	p1, err1 := b.ltPlan(cudaR16BF, M, N, K, w, 0, out)
-	p2, err2 := b.ltPlan(cudaR16BF, M, N, K, w, uint64(half), out)
-	if err1 != nil || err2 != nil {
+	p1, err := b.ltPlan(cudaR16BF, M, N, K, w, 0, out)
+	if err != nil {
 		return false
+	}
+	var p2 uintptr // the lo pass, none on bf16 activations
+	if !bf16Act {
+		if p2, err = b.ltPlan(cudaR16BF, M, N, K, w, uint64(half), out); err != nil {
+			return false
+		}
 	}
 	s := b.temp(2 * half)
 	hi, lo := s.ptr, s.ptr+uint64(half)
 	if bf16Act {
-		b.launch("k_convert", b.gridFor(int64(n), elemThreads), d1(elemThreads), 0,
-			hi, pI32(dtypeCode(npu.BF16)), x, pI32(dtypeCode(npu.F32)), pI64(n))
-		b.ltRun(p1, M, N, K, w, hi, out, 0)
-		b.freeBuf(s)
-		return true
+		b.convert(hi, npu.BF16, x, npu.F32, n)
+	} else {
+		b.splitBF16(hi, lo, x, n)
 	}
-	b.launch("k_split_bf16", b.gridFor(int64(n), elemThreads), d1(elemThreads), 0, hi, lo, x, pI64(n))
 	b.ltRun(p1, M, N, K, w, hi, out, 0)
-	b.ltRun(p2, M, N, K, w, lo, out, 1)
+	if !bf16Act {
+		b.ltRun(p2, M, N, K, w, lo, out, 1)
+	}
 	b.freeBuf(s)
 	return true
 }

@@ -173,7 +173,7 @@ func (b *Backend) SparseMLA(out, q, latents, kvB, sel *npu.Tensor, seqs *npu.Seq
 		if tiles*H < mlaSplitBlocks {
 			qz, oz = (R+127)/128, (dv+31)/32
 		}
-		if useQlatTC(kvB.DType(), n, dk, R, H, b.ptr(q), b.ptr(kvB)) {
+		if useQlatTC(kvB.DType(), n, dk, R, b.ptr(q), b.ptr(kvB)) {
 			// Prefill: one strided tensor-core GEMM per head, z[t, h, :] =
 			// q[t0+t, h, :dk] · W_UK[h] (dk x R rows of kvB).
 			b.launch("k_gemm_tc_strided_t", dim3{uint32((R + moeTCBN - 1) / moeTCBN), uint32((n + moeBM - 1) / moeBM), uint32(H)}, d1(256), 0,
@@ -249,8 +249,8 @@ var mlaQlatTC = true
 // once per 8 rows: at prefill that is the bytes that bound it), and the
 // kernel's vector loads (dk % 8 == 0, R % 8 == 0, q and kvB 16-byte
 // aligned; q's rows, H*dk floats, then are too).
-func useQlatTC(dt npu.DType, n, dk, R, H int, q, kvB uint64) bool {
-	return mlaQlatTC && dt == npu.BF16 && n >= mlaOutTCRows && dk%8 == 0 && R%8 == 0 && q%16 == 0 && kvB%16 == 0 && H > 0
+func useQlatTC(dt npu.DType, n, dk, R int, q, kvB uint64) bool {
+	return mlaQlatTC && dt == npu.BF16 && n >= mlaOutTCRows && dk%8 == 0 && R%8 == 0 && q%16 == 0 && kvB%16 == 0
 }
 
 // qlatSlices is k_mla_qlat_bf16's number of dk slices for a decode wave

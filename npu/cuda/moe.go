@@ -339,11 +339,9 @@ func (b *Backend) MoE(out, x, gateUp, down, weights, ids *npu.Tensor, limit floa
 			half := splitHalf(tc * D)
 			s := b.temp(2 * half)
 			if moeTCParts == 1 {
-				b.launch("k_convert", b.gridFor(int64(tc*D), elemThreads), d1(elemThreads), 0,
-					s.ptr, pI32(dtypeCode(npu.BF16)), xc, pI32(dtypeCode(npu.F32)), pI64(tc*D))
+				b.convert(s.ptr, npu.BF16, xc, npu.F32, tc*D)
 			} else {
-				b.launch("k_split_bf16", b.gridFor(int64(tc*D), elemThreads), d1(elemThreads), 0,
-					s.ptr, s.ptr+uint64(half), xc, pI64(tc*D))
+				b.splitBF16(s.ptr, s.ptr+uint64(half), xc, tc*D)
 			}
 			b.gemmPipe(gu, s.ptr, s.ptr+uint64(half), rt.tok, pg, rt, 2*I, D)
 			b.freeBuf(s)

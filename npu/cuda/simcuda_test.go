@@ -31,20 +31,9 @@ func TestSimCUDA(t *testing.T) {
 	if os.Getenv("NPUSERVE_SIMCUDA_CHILD") != "" {
 		t.Skip("inside a simcuda run")
 	}
-	if testing.Short() {
-		t.Skip("-short: the GPU tests on the CPU emulator take minutes")
-	}
-	for _, tool := range []string{"g++", "python3"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("no %s: simcuda needs it", tool)
-		}
-	}
-	build := filepath.Join("..", "..", "tools", "cuda", "simt", "build.sh")
-	if _, err := os.Stat(build); err != nil {
-		t.Skipf("no %s: the test binary runs outside its package directory (a GPU host's copy)", build)
-	}
+	dir := simtDir(t, "the GPU tests on the CPU emulator take minutes", "g++", "python3")
 	lib := t.TempDir()
-	if out, err := exec.Command("bash", build, lib).CombinedOutput(); err != nil {
+	if out, err := exec.Command("bash", filepath.Join(dir, "build.sh"), lib).CombinedOutput(); err != nil {
 		t.Fatalf("building simcuda: %v\n%s", err, out)
 	}
 	// The compiled kernels are kept between runs (their key includes the

@@ -1,6 +1,8 @@
 // check.h: what the simt kernel checks share (deterministic inputs,
 // comparisons that name the first difference, a failure count).
 #pragma once
+#include "halves.h"
+
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -21,19 +23,9 @@ inline std::vector<float> randf(size_t n, unsigned seed, float lo = -1, float hi
 	return v;
 }
 
-inline uint16_t bf16(float f) {
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	u += 0x7fffu + ((u >> 16) & 1u);
-	return (uint16_t)(u >> 16);
-}
+inline uint16_t bf16(float f) { return (uint16_t)simt_bf16_rn(f); }
 
-inline double bf16_f32(uint16_t h) {
-	const uint32_t u = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
+inline double bf16_f32(uint16_t h) { return simt_bf16_f32(h); }
 
 inline std::vector<uint16_t> randbf(size_t n, unsigned seed, float lo = -1, float hi = 1) {
 	std::vector<float> f = randf(n, seed, lo, hi);

@@ -15,8 +15,9 @@ cxx=${CXX:-g++}
 command -v "$cxx" >/dev/null || { echo "simt: no $cxx" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# prep SRC OUT NAME: today's common.cuh + SRC, rewritten for the emulator.
-prep() { python3 "$dir/prep.py" "$2" "$kdir/common.cuh" "$1" "$3"; }
+# prep SRC OUT NAME [COMMON]: COMMON (today's common.cuh) + SRC, rewritten
+# for the emulator.
+prep() { python3 "$dir/prep.py" "$2" "${4:-$kdir/common.cuh}" "$1" "$3"; }
 checks=("$@")
 [ ${#checks[@]} -gt 0 ] || checks=($(cd "$dir" && ls *_check.cpp))
 rc=0
@@ -34,7 +35,7 @@ for c in "${checks[@]}"; do
 		if [[ $name == *@* ]]; then
 			git -C "$root" show "${name#*@}:npu/cuda/kernels/${name%@*}.cu" >"$tmp/$name.src"
 			git -C "$root" show "${name#*@}:npu/cuda/kernels/common.cuh" >"$tmp/$name.common"
-			python3 "$dir/prep.py" "$tmp/$inc" "$tmp/$name.common" "$tmp/$name.src" "${name%@*}.cu"
+			prep "$tmp/$name.src" "$tmp/$inc" "${name%@*}.cu" "$tmp/$name.common"
 		else
 			prep "$kdir/$name.cu" "$tmp/$inc" "$name.cu"
 		fi

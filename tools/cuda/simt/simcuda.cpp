@@ -27,6 +27,8 @@
 // geometry, argument order, temporaries, graph capture, error words.
 // SIMCUDA_TRACE=1 prints every launch (kernel, grid, block, shared
 // memory) on stderr.
+#include "halves.h"
+
 #include <dlfcn.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -152,9 +154,7 @@ int launch(Func *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned
 	// The parameters, copied: a capture replays them later, and the
 	// caller's slots may change in between.
 	int n = 0;
-	size_t bytes = 0;
 	while (f->args[n] != 0) {
-		bytes += 8;
 		n++;
 	}
 	auto blob = std::make_shared<std::vector<uint64_t>>(n);
@@ -226,17 +226,10 @@ double loadElem(const void *p, int type, size_t i) {
 	switch (type) {
 	case R_32F:
 		return ((const float *)p)[i];
-	case R_16BF: {
-		const uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
-		float f;
-		memcpy(&f, &u, 4);
-		return f;
-	}
-	case R_16F: {
-		_Float16 h;
-		memcpy(&h, (const uint16_t *)p + i, 2);
-		return (double)(float)h;
-	}
+	case R_16BF:
+		return simt_bf16_f32(((const uint16_t *)p)[i]);
+	case R_16F:
+		return simt_f16_to_f32(((const uint16_t *)p)[i]);
 	}
 	return NAN;
 }
@@ -247,14 +240,7 @@ void storeElem(void *p, int type, size_t i, double v) {
 		((float *)p)[i] = f;
 		return;
 	}
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	if ((u & 0x7fffffffu) > 0x7f800000u) {
-		((uint16_t *)p)[i] = 0x7fff;
-		return;
-	}
-	u += 0x7fffu + ((u >> 16) & 1u);
-	((uint16_t *)p)[i] = (uint16_t)(u >> 16);
+	((uint16_t *)p)[i] = (uint16_t)simt_bf16_rn(f);
 }
 
 bool supported(const MatmulDesc *op, const Layout *a, const Layout *b, const Layout *d) {

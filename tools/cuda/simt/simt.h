@@ -19,6 +19,8 @@
 // inline-PTX helpers give way to the emulations at the bottom of this
 // file). Not used by the build.
 #pragma once
+#include "halves.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -175,13 +177,6 @@ inline void entry() {
 	}
 }
 
-inline float bf(uint32_t h) {
-	uint32_t u = h << 16;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
 // warpOp executes the collective the lanes of warp w are parked in.
 inline void warpOp(Thread *l, int n) {
 	const int op = l[0].op;
@@ -229,12 +224,12 @@ inline void warpOp(Thread *l, int n) {
 			const Thread &t = l[i];
 			if (op == OP_MMA_BF16) {
 				for (int j = 0; j < 2; j++) {
-					A[g][2 * q + j] = bf(t.in[0] >> (16 * j) & 0xffff);
-					A[g + 8][2 * q + j] = bf(t.in[1] >> (16 * j) & 0xffff);
-					A[g][2 * q + 8 + j] = bf(t.in[2] >> (16 * j) & 0xffff);
-					A[g + 8][2 * q + 8 + j] = bf(t.in[3] >> (16 * j) & 0xffff);
-					B[2 * q + j][g] = bf(t.in[4] >> (16 * j) & 0xffff);
-					B[2 * q + 8 + j][g] = bf(t.in[5] >> (16 * j) & 0xffff);
+					A[g][2 * q + j] = simt_bf16_f32(t.in[0] >> (16 * j) & 0xffff);
+					A[g + 8][2 * q + j] = simt_bf16_f32(t.in[1] >> (16 * j) & 0xffff);
+					A[g][2 * q + 8 + j] = simt_bf16_f32(t.in[2] >> (16 * j) & 0xffff);
+					A[g + 8][2 * q + 8 + j] = simt_bf16_f32(t.in[3] >> (16 * j) & 0xffff);
+					B[2 * q + j][g] = simt_bf16_f32(t.in[4] >> (16 * j) & 0xffff);
+					B[2 * q + 8 + j][g] = simt_bf16_f32(t.in[5] >> (16 * j) & 0xffff);
 					C[g][2 * q + j] = t.fc[j];
 					C[g + 8][2 * q + j] = t.fc[2 + j];
 				}
@@ -581,26 +576,8 @@ template <class T, class U, class V> inline T atomicCAS(T *p, U c, V v) {
 
 // The inline-PTX helpers of common.cuh, moe.cu and quant.cu (prep.py's
 // EMULATED, which removes the originals), emulated.
-inline float simt_f16_to_f32(unsigned short h) {
-	_Float16 x;
-	memcpy(&x, &h, 2);
-	return (float)x;
-}
-inline unsigned short simt_f32_to_f16(float f) {
-	_Float16 x = (_Float16)f;
-	unsigned short h;
-	memcpy(&h, &x, 2);
-	return h;
-}
-// simt_bf16_rn is cvt.rn.bf16.f32: nearest even, NaN to the canonical 0x7fff.
-inline unsigned simt_bf16_rn(float f) {
-	unsigned u = __float_as_uint(f);
-	if ((u & 0x7fffffffu) > 0x7f800000u) {
-		return 0x7fffu;
-	}
-	u += 0x7fffu + ((u >> 16) & 1u);
-	return u >> 16;
-}
+// (The conversions, simt_f16_to_f32, simt_f32_to_f16 and simt_bf16_rn,
+// are halves.h's.)
 inline void mma_bf16(float *c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
 	simt::Thread *t = simt::cur;
 	const unsigned in[6] = {a0, a1, a2, a3, b0, b1};
